@@ -1,0 +1,34 @@
+# Two entry points: `make demo` and `make test`. Both create .venv when missing and install the
+# project into it; the install is skipped when pyproject.toml has not changed since the last one.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export BM25AUG_DATA_DIR ?= $(abspath ../shared/data)
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: demo test install bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q -ra tests
+
+demo: $(STAMP)
+	$(PY) train.py --dataset scifact --output-dir checkpoints/scifact
+	$(PY) eval.py --dataset scifact --method augmented --checkpoint checkpoints/scifact
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_bm25.py --dataset scifact
+
+clean:
+	rm -rf $(VENV) indexes/*/ checkpoints runs

@@ -1,0 +1,385 @@
+"""Datasets: one registry, three on-disk layouts, local copies first.
+
+Layouts are recognized by their files, whatever the folder is called:
+
+* ``beir``: ``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``
+* ``dpr``: ``passages.tsv`` or ``psgs_w100.tsv`` (``id, text, title``), ``<split>.qa.tsv`` /
+  ``*<split>.qa.csv`` (question, answer list) and DPR retriever-training JSON (``train.json``,
+  ``*-train.json``) with ``positive_ctxs`` / ``hard_negative_ctxs``
+* ``msmarco``: ``collection.tsv``, ``queries.<split>.tsv``, ``qrels.<split>.tsv``
+
+A name resolves to ``--data-dir/<name>``, then ``$BM25AUG_DATA_DIR/<name>``, then
+``~/.cache/bm25aug/datasets/<name>``, and only then is downloaded from its public source.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import logging
+import os
+import random
+import shutil
+import sys
+import tempfile
+import urllib.request
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from bm25aug.errors import UserError
+
+log = logging.getLogger(__name__)
+csv.field_size_limit(sys.maxsize)
+
+CACHE_DIR = Path(os.environ.get("BM25AUG_CACHE", Path.home() / ".cache" / "bm25aug")) / "datasets"
+BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{name}.zip"
+DPR_URL = "https://dl.fbaipublicfiles.com/dpr"
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """What a dataset name means: its layout, where it comes from, what it transfers from."""
+
+    layout: str
+    urls: dict[str, str] = field(default_factory=dict)  # local file name -> public URL
+    transfer_source: str | None = None  # default training set for ``eval.py --transfer``
+    eval_split: str = "test"
+
+
+_DPR_PASSAGES = {"psgs_w100.tsv.gz": f"{DPR_URL}/wikipedia_split/psgs_w100.tsv.gz"}
+REGISTRY: dict[str, DatasetSpec] = {
+    "nq": DatasetSpec("dpr", {**_DPR_PASSAGES,
+                              "train.json.gz": f"{DPR_URL}/data/retriever/biencoder-nq-train.json.gz",
+                              "dev.json.gz": f"{DPR_URL}/data/retriever/biencoder-nq-dev.json.gz",
+                              "test.qa.csv": f"{DPR_URL}/data/retriever/qas/nq-test.csv"}),
+    "triviaqa": DatasetSpec("dpr", {**_DPR_PASSAGES,
+                                    "train.json.gz": f"{DPR_URL}/data/retriever/biencoder-trivia-train.json.gz",
+                                    "dev.json.gz": f"{DPR_URL}/data/retriever/biencoder-trivia-dev.json.gz",
+                                    "test.qa.csv": f"{DPR_URL}/data/retriever/qas/trivia-test.csv"},
+                            transfer_source="nq"),
+    "entityquestions": DatasetSpec("dpr", {**_DPR_PASSAGES,
+                                           "dataset.zip": "https://nlp.cs.princeton.edu/projects/entity-questions/dataset.zip"},
+                                   transfer_source="nq"),
+    "squad": DatasetSpec("dpr", transfer_source="nq"),
+    "msmarco": DatasetSpec("msmarco", {"collectionandqueries.tar.gz":
+                                       "https://msmarco.z22.web.core.windows.net/msmarcoranking/collectionandqueries.tar.gz"},
+                           eval_split="dev"),
+}
+BEIR_NAMES = ["scifact", "nfcorpus", "fiqa", "arguana", "scidocs", "trec-covid", "webis-touche2020",
+              "quora", "nq", "hotpotqa", "dbpedia-entity", "fever", "climate-fever", "cqadupstack"]
+for _name in BEIR_NAMES:
+    REGISTRY.setdefault(_name, DatasetSpec("beir", {f"{_name}.zip": BEIR_URL.format(name=_name)}))
+REGISTRY["scifact"] = DatasetSpec("beir", {"scifact.zip": BEIR_URL.format(name="scifact")}, transfer_source="nfcorpus")
+REGISTRY["nfcorpus"] = DatasetSpec("beir", {"nfcorpus.zip": BEIR_URL.format(name="nfcorpus")}, transfer_source="scifact")
+
+
+@dataclass
+class Split:
+    """Queries of one split with what judges them: graded qrels and/or answer strings."""
+
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]] = field(default_factory=dict)
+    answers: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass
+class Document:
+    title: str
+    text: str
+
+    @property
+    def contents(self) -> str:
+        """Title and text joined by one space, as Pyserini's BEIR regressions index them."""
+        return f"{self.title} {self.text}"
+
+
+def detect_layout(path: Path) -> str | None:
+    """The layout of a local folder, judged by its files."""
+    if (path / "corpus.jsonl").exists():
+        return "beir"
+    if _first(path, ["passages.tsv", "psgs_w100.tsv"]) is not None:
+        return "dpr"
+    if (path / "collection.tsv").exists():
+        return "msmarco"
+    return None
+
+
+def _first(path: Path, patterns: list[str]) -> Path | None:
+    for pattern in patterns:
+        hits = sorted(path.glob(pattern))
+        if hits:
+            return hits[0]
+    return None
+
+
+class Dataset:
+    """A retrieval dataset on local disk. Corpus and splits load lazily and are cached."""
+
+    def __init__(self, name: str, path: Path, layout: str):
+        self.name, self.path, self.layout = name, Path(path), layout
+        self.spec = REGISTRY.get(name, DatasetSpec(layout))
+        self._splits: dict[str, Split] = {}
+
+    def __repr__(self) -> str:
+        return f"Dataset({self.name!r}, {str(self.path)!r}, layout={self.layout!r})"
+
+    @property
+    def is_qa(self) -> bool:
+        """QA sets are judged by answer strings (Acc@k), the others by qrels."""
+        return self.layout == "dpr"
+
+    @cached_property
+    def corpus(self) -> dict[str, Document]:
+        loader = {"beir": _load_beir_corpus, "dpr": _load_dpr_passages, "msmarco": _load_msmarco_collection}
+        corpus = loader[self.layout](self.path)
+        if not corpus:
+            raise UserError(f"the corpus of {self.name} in {self.path} is empty; fix: check the dataset files")
+        return corpus
+
+    def splits(self) -> list[str]:
+        if self.layout == "beir":
+            return sorted(p.stem for p in (self.path / "qrels").glob("*.tsv"))
+        if self.layout == "msmarco":
+            return sorted(p.name.split(".")[1] for p in self.path.glob("qrels.*.tsv"))
+        names = {p.name.split(".")[0].split("-")[-1] for p in self.path.glob("*.qa.*")}
+        names |= {p.name.split(".")[0].split("-")[-1] for p in self.path.glob("*.json")}
+        return sorted(names)
+
+    def split(self, name: str) -> Split:
+        if name not in self._splits:
+            if name not in self.splits():
+                raise UserError(f"{self.name} has no split {name!r} (it has: {', '.join(self.splits()) or 'none'}); "
+                                f"fix: pass --split with one of those")
+            loader = {"beir": _load_beir_split, "dpr": _load_dpr_split, "msmarco": _load_msmarco_split}
+            split = loader[self.layout](self.path, name)
+            self._warn_unknown_docs(name, split)
+            self._splits[name] = split
+        return self._splits[name]
+
+    def _warn_unknown_docs(self, name: str, split: Split) -> None:
+        missing = sum(1 for rels in split.qrels.values() for d in rels if d not in self.corpus)
+        if missing:
+            log.warning("%s/%s: %d qrels name documents that are not in the corpus; they are ignored",
+                        self.name, name, missing)
+            for rels in split.qrels.values():
+                for d in [d for d in rels if d not in self.corpus]:
+                    del rels[d]
+
+    def train_dev(self, dev_size: int, seed: int) -> tuple[Split, Split, str]:
+        """Train and dev splits; without a dev split, a seeded slice of train (named in the 3rd value)."""
+        train = self.split("train")
+        if "dev" in self.splits():
+            return train, self.split("dev"), "dev split"
+        qids = sorted(q for q in train.queries if train.qrels.get(q))
+        rng = random.Random(seed)
+        rng.shuffle(qids)
+        n = min(dev_size, len(qids) // 5)
+        dev_ids, train_ids = set(qids[:n]), set(qids[n:])
+
+        def subset(ids: set[str]) -> Split:
+            return Split({q: t for q, t in train.queries.items() if q in ids},
+                         {q: r for q, r in train.qrels.items() if q in ids},
+                         {q: a for q, a in train.answers.items() if q in ids})
+
+        return subset(train_ids), subset(dev_ids), f"seeded slice of train (seed {seed}, {n} queries)"
+
+
+# ----------------------------------------------------------------------------------------- loaders
+def _read_jsonl(path: Path) -> list[dict]:
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UserError(f"{path}:{lineno}: malformed JSON ({e.msg}); fix: repair or remove that line") from None
+            if not isinstance(row, dict) or "_id" not in row:
+                raise UserError(f"{path}:{lineno}: expected a JSON object with an \"_id\" field; fix: repair that line")
+            rows.append(row)
+    return rows
+
+
+def _load_beir_corpus(path: Path) -> dict[str, Document]:
+    return {str(r["_id"]): Document(r.get("title") or "", r.get("text") or "") for r in _read_jsonl(path / "corpus.jsonl")}
+
+
+def _read_qrels_tsv(path: Path, trec: bool = False) -> dict[str, dict[str, int]]:
+    qrels: dict[str, dict[str, int]] = {}
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            parts = line.split()
+            if not parts or (lineno == 1 and not trec and parts[0] == "query-id"):
+                continue
+            if trec and len(parts) == 4:
+                parts = [parts[0], parts[2], parts[3]]
+            if len(parts) != 3:
+                raise UserError(f"{path}:{lineno}: expected 'query-id corpus-id score'; fix: repair that line")
+            qrels.setdefault(parts[0], {})[parts[1]] = int(parts[2])
+    return qrels
+
+
+def _load_beir_split(path: Path, split: str) -> Split:
+    qrels = _read_qrels_tsv(path / "qrels" / f"{split}.tsv")
+    queries = {str(r["_id"]): r.get("text") or "" for r in _read_jsonl(path / "queries.jsonl")}
+    return Split({q: queries[q] for q in qrels if q in queries}, qrels)
+
+
+def _load_dpr_passages(path: Path) -> dict[str, Document]:
+    file = _first(path, ["passages.tsv", "psgs_w100.tsv"])
+    corpus = {}
+    with open(file, encoding="utf-8", newline="") as f:
+        reader = csv.reader(f, delimiter="\t")
+        header = next(reader, None)
+        if header is None or [h.strip() for h in header[:3]] != ["id", "text", "title"]:
+            raise UserError(f"{file}: expected a header 'id<TAB>text<TAB>title'; fix: use DPR's passage format")
+        for lineno, row in enumerate(reader, 2):
+            if len(row) < 3:
+                raise UserError(f"{file}:{lineno}: expected 3 tab-separated fields; fix: repair that line")
+            corpus[row[0]] = Document(row[2], row[1])
+    return corpus
+
+
+def _parse_answers(raw: str, where: str) -> list[str]:
+    try:
+        answers = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        raise UserError(f"{where}: answers must be a Python/JSON list of strings; fix: repair that line") from None
+    return [str(a) for a in answers] if isinstance(answers, (list, tuple)) else [str(answers)]
+
+
+def _load_dpr_split(path: Path, split: str) -> Split:
+    """Questions from ``<split>.qa.tsv``; positives (qrels) from DPR training JSON when present."""
+    result = Split({})
+    json_file = _first(path, [f"{split}.json", f"*-{split}.json"])
+    if json_file is not None:
+        with open(json_file, encoding="utf-8") as f:
+            try:
+                rows = json.load(f)
+            except json.JSONDecodeError as e:
+                raise UserError(f"{json_file}: malformed JSON at line {e.lineno}; fix: re-download the file") from None
+        for i, row in enumerate(rows):
+            qid = f"{split}-{i}"
+            result.queries[qid] = row["question"]
+            result.answers[qid] = [str(a) for a in row.get("answers", [])]
+            pos = [c.get("passage_id") or c.get("psg_id") for c in row.get("positive_ctxs", [])]
+            result.qrels[qid] = {str(p): 1 for p in pos if p is not None}
+        return result
+    qa_file = _first(path, [f"{split}.qa.tsv", f"{split}.qa.csv", f"*-{split}.qa.csv", f"*-{split}.csv"])
+    with open(qa_file, encoding="utf-8", newline="") as f:
+        for i, row in enumerate(csv.reader(f, delimiter="\t")):
+            if len(row) != 2:
+                raise UserError(f"{qa_file}:{i + 1}: expected 'question<TAB>[answers]'; fix: repair that line")
+            qid = f"{split}-{i}"
+            result.queries[qid] = row[0]
+            result.answers[qid] = _parse_answers(row[1], f"{qa_file}:{i + 1}")
+    return result
+
+
+def _load_msmarco_collection(path: Path) -> dict[str, Document]:
+    corpus = {}
+    with open(path / "collection.tsv", encoding="utf-8") as f:
+        for line in f:
+            pid, _, text = line.rstrip("\n").partition("\t")
+            corpus[pid] = Document("", text)
+    return corpus
+
+
+def _load_msmarco_split(path: Path, split: str) -> Split:
+    qrels = _read_qrels_tsv(path / f"qrels.{split}.tsv", trec=True)
+    queries = {}
+    with open(path / f"queries.{split}.tsv", encoding="utf-8") as f:
+        for line in f:
+            qid, _, text = line.rstrip("\n").partition("\t")
+            if qid in qrels:
+                queries[qid] = text
+    return Split(queries, qrels)
+
+
+# -------------------------------------------------------------------------------------- resolution
+def search_dirs(data_dir: str | Path | None = None) -> list[Path]:
+    dirs = [Path(data_dir)] if data_dir else []
+    if os.environ.get("BM25AUG_DATA_DIR"):
+        dirs.append(Path(os.environ["BM25AUG_DATA_DIR"]))
+    return dirs + [CACHE_DIR]
+
+
+def load_dataset(name_or_path: str, data_dir: str | Path | None = None, download: bool = True) -> Dataset:
+    """Resolve a dataset name (or a folder path) to a local ``Dataset``, downloading if needed."""
+    as_path = Path(name_or_path)
+    if as_path.is_dir() and detect_layout(as_path):
+        return Dataset(as_path.name, as_path, detect_layout(as_path))
+    name = name_or_path.lower()
+    tried = []
+    for base in search_dirs(data_dir):
+        candidate = base / name
+        tried.append(str(candidate))
+        if candidate.is_dir():
+            layout = detect_layout(candidate)
+            if layout is None:
+                raise UserError(f"{candidate} exists but holds no corpus.jsonl, passages.tsv or collection.tsv; "
+                                f"fix: put the dataset files there (BEIR, DPR or MS MARCO layout)")
+            return Dataset(name, candidate, layout)
+    if name not in REGISTRY:
+        raise UserError(f"unknown dataset {name_or_path!r} and no local copy in: {', '.join(tried)}; "
+                        f"fix: use one of {', '.join(sorted(REGISTRY))}, or pass --data-dir with a folder <name>/ in it")
+    spec = REGISTRY[name]
+    where = f"put a copy in {tried[0]} (or pass --data-dir / set BM25AUG_DATA_DIR)"
+    if not spec.urls or not download:
+        raise UserError(f"dataset {name!r} not found in: {', '.join(tried)}; fix: {where}")
+    target = CACHE_DIR / name
+    try:
+        _download(spec, target)
+    except OSError as e:
+        files = "; ".join(f"{f} <- {u}" for f, u in spec.urls.items())
+        raise UserError(f"dataset {name!r} not found locally ({', '.join(tried)}) and the download failed ({e}); "
+                        f"fix: fetch {files} (unpacked) into {target}, or {where}") from None
+    return Dataset(name, target, spec.layout)
+
+
+def _download(spec: DatasetSpec, target: Path) -> None:
+    """Fetch and unpack every file of ``spec`` into a temporary folder, then rename it to ``target``."""
+    from tqdm import tqdm
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+    try:
+        for fname, url in spec.urls.items():
+            dest = tmp / fname
+            with urllib.request.urlopen(url, timeout=30) as resp, open(dest, "wb") as out:
+                total = int(resp.headers.get("Content-Length") or 0) or None
+                with tqdm(total=total, unit="B", unit_scale=True, desc=f"download {fname}") as bar:
+                    while chunk := resp.read(1 << 20):
+                        out.write(chunk)
+                        bar.update(len(chunk))
+            _unpack(dest, tmp)
+        _flatten_single_subdir(tmp)
+        if detect_layout(tmp) is None:
+            raise OSError(f"downloaded files from {list(spec.urls.values())} are not in a known layout")
+        tmp.rename(target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _unpack(file: Path, into: Path) -> None:
+    import gzip
+
+    if file.suffix == ".zip" or file.name.endswith((".tar.gz", ".tgz")):
+        shutil.unpack_archive(str(file), str(into))
+        file.unlink()
+    elif file.suffix == ".gz":
+        with gzip.open(file, "rb") as src, open(file.with_suffix(""), "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        file.unlink()
+
+
+def _flatten_single_subdir(path: Path) -> None:
+    """Archives such as BEIR's unpack to ``<name>/...``; move that folder's files up one level."""
+    entries = list(path.iterdir())
+    if len(entries) == 1 and entries[0].is_dir():
+        for child in entries[0].iterdir():
+            child.rename(path / child.name)
+        entries[0].rmdir()

@@ -1,0 +1,89 @@
+"""Metrics: pytrec_eval for qrels-judged sets, DPR answer matching for open-domain QA.
+
+Averages are over every judged query (a query with no hits scores 0, like ``trec_eval -c``).
+Capped recall is BEIR's: relevant documents in the top k divided by min(k, #relevant).
+MRR@10 is the reciprocal rank of the first relevant document within the top 10.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from functools import lru_cache
+
+import numpy as np
+import pytrec_eval
+import regex
+
+from bm25aug.data import Document
+from bm25aug.search import Hit
+
+QA_KS = (1, 5, 20, 100)
+
+
+def evaluate_qrels(run: dict[str, list[Hit]], qrels: dict[str, dict[str, int]]) -> dict[str, float]:
+    """nDCG@10, R@100, capped R@100, MRR@10 and MAP, averaged over the judged queries."""
+    qrels = {q: r for q, r in qrels.items() if r}
+    trec_run = {q: {h.docid: float(h.score) for h in run.get(q, [])} for q in qrels}
+    top10 = {q: {h.docid: float(h.score) for h in run.get(q, [])[:10]} for q in qrels}
+    full = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.100", "map"}).evaluate(trec_run)
+    rr = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(top10)
+    n = len(qrels)
+
+    def mean(values) -> float:
+        return float(sum(values) / n) if n else 0.0
+
+    return {
+        "ndcg@10": mean(full.get(q, {}).get("ndcg_cut_10", 0.0) for q in qrels),
+        "recall@100": mean(full.get(q, {}).get("recall_100", 0.0) for q in qrels),
+        "recall_cap@100": mean(capped_recall(run.get(q, []), qrels[q], 100) for q in qrels),
+        "mrr@10": mean(rr.get(q, {}).get("recip_rank", 0.0) for q in qrels),
+        "map": mean(full.get(q, {}).get("map", 0.0) for q in qrels),
+        "num_queries": n,
+    }
+
+
+def capped_recall(hits: list[Hit], rels: dict[str, int], k: int) -> float:
+    relevant = {d for d, g in rels.items() if g > 0}
+    if not relevant:
+        return 0.0
+    found = sum(1 for h in hits[:k] if h.docid in relevant)
+    return found / min(k, len(relevant))
+
+
+# ---------------------------------------------------------------------------- DPR answer matching
+_TOKEN = regex.compile(r"[\p{L}\p{N}\p{M}]+|[^\p{Z}\p{C}]", flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE)
+
+
+@lru_cache(maxsize=200_000)
+def _tokens(text: str) -> tuple[str, ...]:
+    """DPR's normalization: Unicode NFD, then its SimpleTokenizer (alphanumeric runs, other
+    non-space characters one by one), lowercased."""
+    return tuple(m.group().lower() for m in _TOKEN.finditer(unicodedata.normalize("NFD", text)))
+
+
+def has_answer(answers: list[str], text: str) -> bool:
+    """True when some answer's token sequence occurs in the text's token sequence (DPR ``has_answer``)."""
+    doc = _tokens(text)
+    for answer in answers:
+        ans = _tokens(answer)
+        if not ans:
+            continue
+        for i in range(len(doc) - len(ans) + 1):
+            if doc[i:i + len(ans)] == ans:
+                return True
+    return False
+
+
+def evaluate_answers(run: dict[str, list[Hit]], answers: dict[str, list[str]], corpus: dict[str, Document],
+                     ks: tuple[int, ...] = QA_KS) -> dict[str, float]:
+    """Acc@k: share of questions whose top k passages contain an answer string."""
+    kmax = max(ks)
+    first_hit = []
+    for qid, ans in answers.items():
+        rank = next((i for i, h in enumerate(run.get(qid, [])[:kmax])
+                     if h.docid in corpus and has_answer(ans, corpus[h.docid].text)), None)
+        first_hit.append(np.inf if rank is None else rank)
+    first = np.asarray(first_hit, dtype=float)
+    metrics = {f"acc@{k}": float(np.mean(first < k)) if len(first) else 0.0 for k in ks}
+    metrics["num_queries"] = len(first)
+    return metrics

@@ -1,0 +1,206 @@
+"""Lucene indexes under ``indexes/<dataset>.<flavor>/``, built with Anserini's ``IndexCollection``.
+
+Two flavors:
+
+* ``flat``: Lucene's default English analyzer (Porter stemming, stopwords), as Pyserini's BEIR
+  "flat" regressions.
+* ``wp``: bert-base-uncased WordPiece tokens, pre-tokenized in Python and indexed with the
+  whitespace analyzer, so every index term is a vocabulary entry the model can predict.
+
+An index is written to a temporary sibling folder and renamed when complete; ``meta.json`` records
+how it was built. ``read_term_matrix`` reads the postings back so the torch scorer sees exactly the
+statistics Lucene scores with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+from tqdm import tqdm
+
+from bm25aug.data import Dataset
+from bm25aug.errors import UserError
+from bm25aug.java import jclass
+from bm25aug.tokenization import load_tokenizer, tokenize_batch, tokenizer_name, vocab_hash
+
+log = logging.getLogger(__name__)
+FLAVORS = ("flat", "wp")
+FIELD = "contents"
+INDEX_ROOT = Path(os.environ.get("BM25AUG_INDEX_ROOT", "indexes"))
+_TERM_MATRIX = "term_matrix.npz"
+
+
+@dataclass
+class IndexMeta:
+    flavor: str
+    dataset: str
+    num_docs: int
+    tokenizer: str | None = None
+    vocab_hash: str | None = None
+    threads: int = 1
+    build_seconds: float = 0.0
+    corpus_fingerprint: str = ""
+    anserini: str = "IndexCollection JsonCollection DefaultLuceneDocumentGenerator"
+
+    @classmethod
+    def load(cls, index_dir: str | Path) -> "IndexMeta":
+        path = Path(index_dir) / "meta.json"
+        if not path.exists():
+            raise UserError(f"{index_dir} is not a bm25aug index (no meta.json); "
+                            f"fix: build it with `bm25aug index --dataset NAME --flavor wp|flat`")
+        return cls(**json.loads(path.read_text()))
+
+
+def index_path(dataset_name: str, flavor: str, root: str | Path | None = None) -> Path:
+    return Path(root or INDEX_ROOT) / f"{dataset_name}.{flavor}"
+
+
+def _corpus_fingerprint(dataset: Dataset) -> str:
+    """Cheap identity of a corpus (ids and sizes), so a stale index is rebuilt."""
+    h = hashlib.sha256()
+    for docid, doc in dataset.corpus.items():
+        h.update(f"{docid}\t{len(doc.title)}\t{len(doc.text)}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def ensure_index(dataset: Dataset, flavor: str, root: str | Path | None = None, threads: int | None = None,
+                 tokenizer=None) -> Path:
+    """The index of ``dataset`` in ``flavor``, built first when missing or built from another corpus."""
+    path = index_path(dataset.name, flavor, root)
+    if (path / "meta.json").exists():
+        if IndexMeta.load(path).corpus_fingerprint == _corpus_fingerprint(dataset):
+            return path
+        log.warning("%s was built from another corpus; rebuilding", path)
+    return build_index(dataset, flavor, path, threads=threads, tokenizer=tokenizer)
+
+
+def build_index(dataset: Dataset, flavor: str, path: str | Path, threads: int | None = None,
+                tokenizer=None) -> Path:
+    """Write the corpus as JSONL shards, index them with Anserini, then rename into place."""
+    if flavor not in FLAVORS:
+        raise UserError(f"unknown index flavor {flavor!r}; fix: use one of {', '.join(FLAVORS)}")
+    path = Path(path)
+    threads = threads or max(1, os.cpu_count() or 1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    meta = IndexMeta(flavor, dataset.name, len(dataset.corpus), threads=threads,
+                     corpus_fingerprint=_corpus_fingerprint(dataset))
+    if flavor == "wp":
+        tokenizer = tokenizer or load_tokenizer()
+        meta.tokenizer, meta.vocab_hash = tokenizer_name(tokenizer), vocab_hash(tokenizer)
+    work = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.building."))
+    try:
+        shards = _write_shards(dataset, work / "jsonl", threads, tokenizer if flavor == "wp" else None)
+        args = ["-collection", "JsonCollection", "-generator", "DefaultLuceneDocumentGenerator",
+                "-input", str(shards), "-index", str(work / "index"), "-threads", str(threads),
+                "-storeRaw", "-optimize", "-quiet"]
+        if flavor == "wp":
+            args.append("-pretokenized")
+        with tqdm(total=1, desc=f"lucene index {path.name}", unit="index") as bar:
+            jclass("io.anserini.index.IndexCollection").main(args)
+            bar.update(1)
+        meta.build_seconds = round(time.perf_counter() - start, 3)
+        (work / "index" / "meta.json").write_text(json.dumps(asdict(meta), indent=2))
+        if path.exists():
+            shutil.rmtree(path)
+        (work / "index").rename(path)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return path
+
+
+def _write_shards(dataset: Dataset, folder: Path, shards: int, tokenizer) -> Path:
+    """One JSONL file per indexing thread (Anserini parallelizes over files)."""
+    folder.mkdir(parents=True)
+    files = [open(folder / f"part{i:03d}.jsonl", "w", encoding="utf-8") for i in range(shards)]
+    items = list(dataset.corpus.items())
+    batch = 1024
+    try:
+        for lo in tqdm(range(0, len(items), batch), desc=f"prepare {dataset.name}", unit="batch"):
+            chunk = items[lo:lo + batch]
+            contents = [doc.contents for _, doc in chunk]
+            if tokenizer is not None:
+                contents = [" ".join(toks) for toks in tokenize_batch(tokenizer, contents)]
+            for j, ((docid, _), text) in enumerate(zip(chunk, contents)):
+                files[(lo + j) % shards].write(json.dumps({"id": docid, "contents": text}) + "\n")
+    finally:
+        for f in files:
+            f.close()
+    return folder
+
+
+def check_vocab(index_dir: str | Path, tokenizer) -> IndexMeta:
+    """A ``wp`` index searched with another vocabulary would silently match the wrong terms."""
+    meta = IndexMeta.load(index_dir)
+    if meta.flavor == "wp" and meta.vocab_hash != vocab_hash(tokenizer):
+        raise UserError(f"{index_dir} was built with vocabulary {meta.vocab_hash} but the tokenizer has "
+                        f"{vocab_hash(tokenizer)}; fix: rebuild the index with this tokenizer or use the matching one")
+    return meta
+
+
+@dataclass
+class TermMatrix:
+    """Raw term frequencies as Lucene stores them: docs x terms (CSR), plus doc ids and term strings."""
+
+    tf: sp.csr_matrix
+    docids: list[str]
+    terms: list[str]
+    doc_freq: np.ndarray
+
+
+def read_term_matrix(index_dir: str | Path) -> TermMatrix:
+    """Postings of the ``contents`` field read through Lucene, cached beside the index."""
+    index_dir = Path(index_dir)
+    cache = index_dir / _TERM_MATRIX
+    if cache.exists():
+        z = np.load(cache, allow_pickle=False)
+        tf = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"]))
+        return TermMatrix(tf, z["docids"].tolist(), z["terms"].tolist(), z["doc_freq"])
+    reader = jclass("org.apache.lucene.index.DirectoryReader").open(
+        jclass("org.apache.lucene.store.FSDirectory").open(jclass("java.nio.file.Paths").get(str(index_dir))))
+    try:
+        n = reader.maxDoc()
+        stored = reader.storedFields()
+        docids = [stored.document(i).get("id") for i in tqdm(range(n), desc="read doc ids", unit="doc")]
+        freqs_flag = jclass("org.apache.lucene.index.PostingsEnum").FREQS
+        no_more = jclass("org.apache.lucene.search.DocIdSetIterator").NO_MORE_DOCS
+        rows, cols, vals, columns, dfs = [], [], [], {}, {}
+        bar = tqdm(desc="read postings", unit="term")
+        leaves = reader.leaves()
+        for li in range(leaves.size()):
+            leaf = leaves.get(li)
+            field_terms = leaf.reader().terms(FIELD)
+            if field_terms is None:
+                continue
+            terms_enum = field_terms.iterator()
+            while (ref := terms_enum.next()) is not None:
+                term = ref.utf8ToString()
+                col = columns.setdefault(term, len(columns))
+                dfs[term] = dfs.get(term, 0) + terms_enum.docFreq()
+                postings = terms_enum.postings(None, freqs_flag)
+                while (doc := postings.nextDoc()) != no_more:
+                    rows.append(leaf.docBase + doc)
+                    cols.append(col)
+                    vals.append(postings.freq())
+                bar.update(1)
+        bar.close()
+    finally:
+        reader.close()
+    terms = list(columns)
+    tf = sp.csr_matrix((np.asarray(vals, np.float32), (np.asarray(rows), np.asarray(cols))), shape=(n, len(terms)))
+    matrix = TermMatrix(tf, docids, terms, np.asarray([dfs[t] for t in terms], np.int64))
+    tmp = cache.with_suffix(".tmp.npz")
+    np.savez(tmp, data=tf.data, indices=tf.indices, indptr=tf.indptr, shape=np.asarray(tf.shape),
+             docids=np.asarray(docids), terms=np.asarray(terms), doc_freq=matrix.doc_freq)
+    tmp.rename(cache)
+    return matrix

