@@ -1,0 +1,23 @@
+"""bm25aug: BM25 query augmentation learned end-to-end (Chen & Wiseman), on stock Lucene indexes."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+__all__ = ["AugmentedSearcher", "BM25Searcher", "QueryAugmenter", "load_dataset"]
+
+
+def __getattr__(name: str):
+    """Lazy exports: ``import bm25aug`` neither starts the JVM nor imports torch."""
+    if name in ("AugmentedSearcher", "BM25Searcher"):
+        from bm25aug import search
+
+        return getattr(search, name)
+    if name == "QueryAugmenter":
+        from bm25aug.model import QueryAugmenter
+
+        return QueryAugmenter
+    if name == "load_dataset":
+        from bm25aug.data import load_dataset
+
+        return load_dataset
+    raise AttributeError(f"module 'bm25aug' has no attribute {name!r}")

@@ -8,13 +8,12 @@ what BM25 over a bag of query tokens means.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from bm25aug.errors import UserError
+from bm25aug.io import atomic_write_text
 from bm25aug.index import FIELD, IndexMeta, check_vocab
 from bm25aug.java import start_jvm
 from bm25aug.tokenization import load_tokenizer, query_term_counts
@@ -113,14 +112,8 @@ def parallel_map(fn, items: list, qids: list[str], threads: int) -> dict[str, li
 
 def write_trec_run(run: dict[str, list[Hit]], path: str | Path, tag: str = "bm25aug") -> None:
     """TREC run file (``qid Q0 docid rank score tag``), written to a temp file and renamed."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        for qid, hits in run.items():
-            for rank, hit in enumerate(hits, 1):
-                f.write(f"{qid} Q0 {hit.docid} {rank} {hit.score:.6f} {tag}\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, "".join(f"{qid} Q0 {hit.docid} {rank} {hit.score:.6f} {tag}\n"
+                                    for qid, hits in run.items() for rank, hit in enumerate(hits, 1)))
 
 
 def read_trec_run(path: str | Path) -> dict[str, list[Hit]]:
@@ -139,3 +132,76 @@ def read_trec_run(path: str | Path) -> dict[str, list[Hit]]:
     for hits in run.values():
         hits.sort(key=lambda h: -h.score)
     return run
+
+
+@dataclass
+class AugmentedQuery:
+    """A query's learned term list next to its plain WordPiece terms, to show what changed."""
+
+    query: str
+    terms: dict[str, float]
+    original: dict[str, float]
+
+    @property
+    def added(self) -> dict[str, float]:
+        """Terms the model added (not in the query), heaviest first."""
+        return dict(sorted(((t, w) for t, w in self.terms.items() if t not in self.original), key=lambda tw: -tw[1]))
+
+    @property
+    def reweighted(self) -> dict[str, tuple[float, float]]:
+        """Query terms as ``token: (BM25 boost, learned boost)``; a learned 0 means dropped."""
+        return {t: (c, self.terms.get(t, 0.0)) for t, c in self.original.items()}
+
+    def explain(self, top: int = 15) -> str:
+        lines = [f"query: {self.query}", "reweighted (bm25 -> learned):"]
+        lines += [f"  {t:<20} {c:5.2f} -> {w:6.3f}" for t, (c, w) in self.reweighted.items()]
+        added = list(self.added.items())
+        lines.append(f"added ({len(added)} terms, top {min(top, len(added))}):")
+        lines += [f"  {t:<20} {w:6.3f}" for t, w in added[:top]]
+        return "\n".join(lines)
+
+
+class AugmentedSearcher:
+    """BM25 over a ``wp`` index with queries rewritten by a trained ``QueryAugmenter``.
+
+    Documents are never re-encoded: each query becomes boosted term queries on the stock index.
+    """
+
+    def __init__(self, model, searcher: BM25Searcher, top_k: int | None = None, threshold: float = 0.0):
+        if searcher.meta.flavor != "wp":
+            raise UserError(f"{searcher.index_dir} is a {searcher.meta.flavor} index; fix: use the dataset's wp index")
+        if model.config.vocab_hash and model.config.vocab_hash != searcher.meta.vocab_hash:
+            raise UserError(f"the checkpoint was trained against vocabulary {model.config.vocab_hash} but "
+                            f"{searcher.index_dir} has {searcher.meta.vocab_hash}; fix: use a wp index built "
+                            f"with the checkpoint's tokenizer")
+        self.model, self.searcher, self.top_k, self.threshold = model, searcher, top_k, threshold
+
+    @classmethod
+    def from_pretrained(cls, checkpoint: str | Path, index: str | Path, k1: float = 0.9, b: float = 0.4,
+                        top_k: int | None = None, threshold: float = 0.0) -> "AugmentedSearcher":
+        from bm25aug.model import QueryAugmenter
+
+        model = QueryAugmenter.from_pretrained(checkpoint)
+        return cls(model, BM25Searcher(index, k1, b, tokenizer=model.tokenizer), top_k, threshold)
+
+    def term_lists(self, queries: list[str]) -> list[dict[str, float]]:
+        from bm25aug.export import encode_queries
+
+        return encode_queries(self.model, queries, top_k=self.top_k, threshold=self.threshold, progress=False)
+
+    def augment(self, query: str) -> AugmentedQuery:
+        terms = self.term_lists([query])[0] if query.strip() else {}
+        return AugmentedQuery(query, terms, self.searcher.query_terms(query))
+
+    def search(self, query: str, k: int = 1000) -> list[Hit]:
+        if not query or not query.strip():
+            return []
+        return self.searcher.search_terms(self.term_lists([query])[0], k)
+
+    def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, threads: int = 1) -> dict[str, list[Hit]]:
+        """Encode all queries in batches, then search them on ``threads`` Lucene threads."""
+        keep = [i for i, q in enumerate(queries) if q and q.strip()]
+        vectors: list[dict[str, float]] = [{} for _ in queries]
+        for i, v in zip(keep, self.term_lists([queries[i] for i in keep])):
+            vectors[i] = v
+        return parallel_map(lambda v: self.searcher.search_terms(v, k), vectors, qids, threads)

@@ -1,0 +1,37 @@
+"""Export augmented queries as weighted term lists any Lucene/Pyserini user can search.
+
+One JSON line per query: ``{"id": qid, "text": query, "vector": {token: weight}}`` with
+``weight = w·(bow + a)`` (the ``vector`` field as in Pyserini's JSON vector collections). Each
+``(token, weight)`` becomes ``BoostQuery(TermQuery(contents:token), weight)``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tqdm import tqdm
+
+from bm25aug.io import write_jsonl
+
+
+def prune(terms: dict[str, float], top_k: int | None = None, threshold: float = 0.0) -> dict[str, float]:
+    """Drop weights <= threshold, then keep the ``top_k`` heaviest (ties broken by token)."""
+    kept = sorted(((t, w) for t, w in terms.items() if w > threshold), key=lambda tw: (-tw[1], tw[0]))
+    return dict(kept[:top_k] if top_k else kept)
+
+
+def encode_queries(model, queries: list[str], batch_size: int = 64, top_k: int | None = None,
+                   threshold: float = 0.0, progress: bool = True) -> list[dict[str, float]]:
+    out: list[dict[str, float]] = []
+    for lo in tqdm(range(0, len(queries), batch_size), desc="augment queries", unit="batch", disable=not progress):
+        out.extend(prune(t, top_k, threshold) for t in model.encode(queries[lo:lo + batch_size]))
+    return out
+
+
+def export_term_lists(model, queries: dict[str, str], path: str | Path, top_k: int | None = None,
+                      threshold: float = 0.0) -> int:
+    """Write one weighted term list per query (atomically); returns the number written."""
+    qids = list(queries)
+    vectors = encode_queries(model, [queries[q] for q in qids], top_k=top_k, threshold=threshold)
+    write_jsonl(path, ({"id": q, "text": queries[q], "vector": v} for q, v in zip(qids, vectors)))
+    return len(qids)

