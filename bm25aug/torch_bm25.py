@@ -92,10 +92,13 @@ class TorchBM25:
             idf = np.log(1 + (n_docs - df + 0.5) / (df + 0.5)).astype(np.float32)
             idf[df == 0] = 0.0
             self.idf = torch.from_numpy(idf)
-            k1, b = np.float32(self.params.k1), np.float32(self.params.b)
-            norm = (k1 * ((1 - b) + b * lucene_doc_lengths(lengths).astype(np.float32) / avgdl)).astype(np.float32)
-            row_norm = np.repeat(norm, np.diff(tf.indptr))
-            values = (tf.data / (tf.data + row_norm)).astype(np.float32)
+            # Lucene's float32 arithmetic, step by step: normInverse per length byte, then
+            # score = weight - weight / (1 + tf * normInverse) = weight * f.
+            k1, b, one = np.float32(self.params.k1), np.float32(self.params.b), np.float32(1)
+            dl = lucene_doc_lengths(lengths).astype(np.float32)
+            norm_inverse = one / (k1 * ((one - b) + b * dl / avgdl))
+            x = tf.data.astype(np.float32) * np.repeat(norm_inverse, np.diff(tf.indptr))
+            values = (one - one / (one + x)).astype(np.float32)
         self.f = sp.csr_matrix((values, tf.indices, tf.indptr), shape=tf.shape)
 
     def doc_matrix(self, rows: list[int] | np.ndarray) -> torch.Tensor:

@@ -42,8 +42,8 @@ class TrainConfig:
     encoder: str | None = None  # None: distilbert-base-uncased if loadable, else offline MiniLM
     epochs: int = 10
     batch_size: int = 32
-    lr: float = 3e-5  # encoder and weight head
-    aug_lr: float = 1e-3  # augmentation head (randomly initialized, 30,522 outputs)
+    lr: float = 3e-5  # encoder
+    head_lr: float = 1e-3  # the two heads (new parameters, 30,522 + 1 outputs)
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     lam: float = 0.1  # λ of the sparsity penalty
@@ -70,12 +70,12 @@ class TrainConfig:
 
 PRESETS: dict[str, dict] = {
     # Paper, section 3 (DistilBERT, AdamW, batch 144).
-    "nq": dict(lr=3e-4, aug_lr=3e-4, batch_size=144, lam=0.1, epochs=45, hard_negatives=1),
-    "entityquestions": dict(lr=3e-4, aug_lr=3e-4, batch_size=144, lam=0.1, epochs=10, hard_negatives=1),
-    "msmarco": dict(lr=3e-5, aug_lr=3e-5, batch_size=144, lam=0.025, epochs=2, hard_negatives=4),
+    "nq": dict(lr=3e-4, head_lr=3e-4, batch_size=144, lam=0.1, epochs=45, hard_negatives=1),
+    "entityquestions": dict(lr=3e-4, head_lr=3e-4, batch_size=144, lam=0.1, epochs=10, hard_negatives=1),
+    "msmarco": dict(lr=3e-5, head_lr=3e-5, batch_size=144, lam=0.025, epochs=2, hard_negatives=4),
     # Small sets (hundreds to a few thousand training queries), tuned on SciFact's train slice.
-    "_small_beir": dict(lr=3e-5, aug_lr=1e-3, batch_size=32, lam=0.1, epochs=10, hard_negatives=1),
-    "squad": dict(lr=3e-5, aug_lr=1e-3, batch_size=64, lam=0.1, epochs=4, hard_negatives=1),
+    "_small_beir": dict(lr=3e-5, head_lr=1e-3, batch_size=32, lam=0.1, epochs=10, hard_negatives=1),
+    "squad": dict(lr=3e-5, head_lr=1e-3, batch_size=64, lam=0.1, epochs=4, hard_negatives=1),
 }
 
 
@@ -184,10 +184,9 @@ class Trainer:
 
     def _optimizer(self):
         c = self.config
-        aug = list(self.model.aug_head.parameters())
-        aug_ids = {id(p) for p in aug}
-        rest = [p for p in self.model.parameters() if id(p) not in aug_ids]
-        opt = torch.optim.AdamW([{"params": rest, "lr": c.lr}, {"params": aug, "lr": c.aug_lr}],
+        heads = [*self.model.aug_head.parameters(), *self.model.weight_head.parameters()]
+        encoder = list(self.model.encoder.parameters())
+        opt = torch.optim.AdamW([{"params": encoder, "lr": c.lr}, {"params": heads, "lr": c.head_lr}],
                                 weight_decay=c.weight_decay)
         total = self.steps_per_epoch * c.epochs
         warmup = int(total * c.warmup_ratio)

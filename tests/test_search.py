@@ -1,0 +1,100 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bm25aug.errors import UserError
+from bm25aug.search import BM25Searcher, read_trec_run, write_trec_run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_wp_query_terms_are_counted_wordpieces(tiny_wp):
+    _, wp, _ = tiny_wp
+    s = BM25Searcher(wp)
+    assert s.query_terms("cats cats purred") == {"cats": 2.0, "pu": 1.0, "##rred": 1.0}
+    assert s.search("cat on a mat", 3)[0].docid == "d1"
+
+
+def test_repeated_token_boost_equals_count(tiny_wp):
+    _, wp, _ = tiny_wp
+    s = BM25Searcher(wp)
+    once = {h.docid: h.score for h in s.search_terms({"cat": 1.0}, 5)}
+    twice = {h.docid: h.score for h in s.search("cat cat", 5)}
+    assert once.keys() == twice.keys()
+    assert all(twice[d] == pytest.approx(2 * once[d], rel=1e-6) for d in once)
+
+
+def test_flat_and_batch_search(tiny_wp):
+    _, _, flat = tiny_wp
+    s = BM25Searcher(flat)
+    assert s.search("barking dogs", 1)[0].docid == "d2"  # stemming: barking -> bark, dogs -> dog
+    run = s.batch_search(["pasta", "telescope"], ["a", "b"], k=1, threads=2)
+    assert run["a"][0].docid == "d5" and run["b"][0].docid == "d6"
+
+
+def test_empty_query_has_no_hits(tiny_wp):
+    _, wp, flat = tiny_wp
+    assert BM25Searcher(wp).search("   ") == [] and BM25Searcher(flat).search("") == []
+    assert BM25Searcher(wp).search("\u2603") == []  # only [UNK]
+
+
+def test_vocab_hash_mismatch_is_an_error(tiny_wp, tmp_path):
+    import shutil
+
+    _, wp, _ = tiny_wp
+    copy = tmp_path / "idx"
+    shutil.copytree(wp, copy)
+    meta = json.loads((copy / "meta.json").read_text())
+    meta["vocab_hash"] = "deadbeef"
+    (copy / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(UserError, match="vocabulary deadbeef"):
+        BM25Searcher(copy)
+
+
+def test_trec_run_round_trip(tiny_wp, tmp_path):
+    _, wp, _ = tiny_wp
+    run = BM25Searcher(wp).batch_search(["cat", "dog"], ["1", "2"], k=3)
+    write_trec_run(run, tmp_path / "run.trec")
+    back = read_trec_run(tmp_path / "run.trec")
+    assert [h.docid for h in back["1"]] == [h.docid for h in run["1"]]
+    assert not list(tmp_path.glob(".run.trec*"))  # no temp file left behind
+
+
+def test_index_meta_and_atomic_build(tiny_wp):
+    ds, wp, _ = tiny_wp
+    meta = json.loads((wp / "meta.json").read_text())
+    assert meta["flavor"] == "wp" and meta["num_docs"] == 8 and len(meta["vocab_hash"]) == 16
+    assert not list(wp.parent.glob(".*building*"))
+
+
+def run_cli(*args, env=None):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, env=env)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["eval.py", "--dataset", "nosuch"], "unknown dataset 'nosuch'"),
+    (["eval.py", "--dataset", "scifact", "--method", "augmented", "--checkpoint", "/nonexistent"], "not a bm25aug checkpoint"),
+    (["train.py", "--dataset", "nq", "--data-dir", "/nonexistent"], "biencoder-nq-train.json.gz"),
+])
+def test_cli_errors_are_one_line(args, message, data_dir):
+    out = run_cli(*args)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith("error: ")
+
+
+@pytest.mark.parametrize("method,ndcg,recall", [("bm25-flat", 0.6789, 0.9253), ("bm25-wp", 0.6718, 0.9213)])
+def test_scifact_reproduces_pyserini_beir_regressions(method, ndcg, recall, scifact, tmp_path):
+    out = run_cli("eval.py", "--dataset", "scifact", "--method", method, "--json-out", str(tmp_path / "m.json"),
+                  "--output", str(tmp_path / "run.trec"))
+    assert out.returncode == 0, out.stderr
+    m = json.loads((tmp_path / "m.json").read_text())
+    assert round(m["ndcg@10"], 4) == ndcg and round(m["recall@100"], 4) == recall
+    assert m["num_queries"] == 300 and m["latency_ms_p50"] > 0
+    rescored = run_cli("-m", "bm25aug.cli", "eval", "--dataset", "scifact", "--run", str(tmp_path / "run.trec"),
+                       "--json-out", str(tmp_path / "r.json"))
+    assert rescored.returncode == 0, rescored.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["ndcg@10"] == pytest.approx(m["ndcg@10"])
