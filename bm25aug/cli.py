@@ -188,6 +188,7 @@ def cmd_export(args) -> None:
     dataset = load_dataset(args.dataset, args.data_dir)
     split = dataset.split(args.split or dataset.spec.eval_split)
     model = QueryAugmenter.from_pretrained(resolve_checkpoint(args.checkpoint, dataset.name, False))
+    model = model if args.fp32 else model.quantized()
     n = export_term_lists(model, split.queries, args.output, top_k=args.top_k, threshold=args.threshold)
     print(f"wrote {n} weighted term lists to {args.output}")
 
@@ -239,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True)
     p.add_argument("--top-k", type=int, help="keep only the k heaviest terms per query")
     p.add_argument("--threshold", type=float, default=0.0, help="drop terms with weight <= this")
+    p.add_argument("--fp32", action="store_true", help="use the full-precision model (default: int8, as AugmentedSearcher)")
     _data_args(p)
     p.set_defaults(func=cmd_export)
     return parser

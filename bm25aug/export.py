@@ -20,12 +20,12 @@ def prune(terms: dict[str, float], top_k: int | None = None, threshold: float = 
     return dict(kept[:top_k] if top_k else kept)
 
 
-def encode_queries(model, queries: list[str], batch_size: int = 64, top_k: int | None = None,
-                   threshold: float = 0.0, progress: bool = True) -> list[dict[str, float]]:
-    out: list[dict[str, float]] = []
-    for lo in tqdm(range(0, len(queries), batch_size), desc="augment queries", unit="batch", disable=not progress):
-        out.extend(prune(t, top_k, threshold) for t in model.encode(queries[lo:lo + batch_size]))
-    return out
+def encode_queries(model, queries: list[str], top_k: int | None = None, threshold: float = 0.0,
+                   progress: bool = True) -> list[dict[str, float]]:
+    """One query at a time, so a query's terms never depend on its batch neighbours (padding
+    and, in the int8 model, per-batch activation scales would change them)."""
+    return [prune(model.encode([q])[0], top_k, threshold)
+            for q in tqdm(queries, desc="augment queries", unit="q", disable=not progress)]
 
 
 def export_term_lists(model, queries: dict[str, str], path: str | Path, top_k: int | None = None,

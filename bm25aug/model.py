@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -155,6 +156,13 @@ class QueryAugmenter(nn.Module):
             tokens = self.tokenizer.convert_ids_to_tokens(ids.tolist())
             result.append(dict(zip(tokens, row[ids].tolist())))
         return result
+
+    def quantized(self) -> "QueryAugmenter":
+        """int8 dynamic quantization of every Linear layer, for CPU search: about half the
+        per-query time on one thread, with near-identical term lists. Inference only."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch points eager quantization users at torchao
+            return torch.ao.quantization.quantize_dynamic(self, {nn.Linear}, dtype=torch.qint8).eval()
 
     # ------------------------------------------------------------------------------ persistence
     def save_pretrained(self, path: str | Path) -> None:

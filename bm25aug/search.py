@@ -178,10 +178,12 @@ class AugmentedSearcher:
 
     @classmethod
     def from_pretrained(cls, checkpoint: str | Path, index: str | Path, k1: float = 0.9, b: float = 0.4,
-                        top_k: int | None = None, threshold: float = 0.0) -> "AugmentedSearcher":
+                        top_k: int | None = None, threshold: float = 0.0, quantize: bool = True) -> "AugmentedSearcher":
+        """``quantize``: int8 model on CPU (the default, and what ``bm25aug export`` uses)."""
         from bm25aug.model import QueryAugmenter
 
         model = QueryAugmenter.from_pretrained(checkpoint)
+        model = model.quantized() if quantize else model
         return cls(model, BM25Searcher(index, k1, b, tokenizer=model.tokenizer), top_k, threshold)
 
     def term_lists(self, queries: list[str]) -> list[dict[str, float]]:

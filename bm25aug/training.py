@@ -40,7 +40,7 @@ class TrainConfig:
     dataset: str = "scifact"
     output_dir: str = ""
     encoder: str | None = None  # None: distilbert-base-uncased if loadable, else offline MiniLM
-    epochs: int = 10
+    epochs: int = 6
     batch_size: int = 32
     lr: float = 3e-5  # encoder
     head_lr: float = 1e-3  # the two heads (new parameters, 30,522 + 1 outputs)
@@ -74,8 +74,8 @@ PRESETS: dict[str, dict] = {
     "entityquestions": dict(lr=3e-4, head_lr=3e-4, batch_size=144, lam=0.1, epochs=10, hard_negatives=1),
     "msmarco": dict(lr=3e-5, head_lr=3e-5, batch_size=144, lam=0.025, epochs=2, hard_negatives=4),
     # Small sets (hundreds to a few thousand training queries), tuned on SciFact's train slice.
-    "_small_beir": dict(lr=3e-5, head_lr=1e-3, batch_size=32, lam=0.1, epochs=10, hard_negatives=1),
-    "squad": dict(lr=3e-5, head_lr=1e-3, batch_size=64, lam=0.1, epochs=4, hard_negatives=1),
+    "_small_beir": dict(lr=3e-5, head_lr=1e-3, batch_size=32, lam=0.1, epochs=6, hard_negatives=1),
+    "squad": dict(lr=3e-5, head_lr=1e-3, batch_size=64, lam=0.1, epochs=3, hard_negatives=1),
 }
 
 

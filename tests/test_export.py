@@ -1,0 +1,60 @@
+"""The paper's promise: exported term lists searched by plain Pyserini rank as AugmentedSearcher does."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def plain_pyserini_search(index_dir, vector: dict[str, float], k: int):
+    """Only Pyserini and Lucene classes: boosted TermQuery clauses, no bm25aug code."""
+    from jnius import autoclass
+    from pyserini.search.lucene import LuceneSearcher, querybuilder
+
+    searcher = LuceneSearcher(str(index_dir))
+    searcher.set_bm25(0.9, 0.4)
+    builder = querybuilder.get_boolean_query_builder()
+    term, term_query = autoclass("org.apache.lucene.index.Term"), autoclass("org.apache.lucene.search.TermQuery")
+    for token, weight in vector.items():
+        builder.add(querybuilder.get_boost_query(term_query(term("contents", token)), weight),
+                    querybuilder.JBooleanClauseOccur["should"].value)
+    return [(h.docid, h.score) for h in searcher.search(builder.build(), k)]
+
+
+def test_exported_terms_rank_like_augmented_searcher(scifact, scifact_wp, offline_model, tmp_path):
+    from bm25aug.search import AugmentedSearcher
+
+    ckpt = tmp_path / "ckpt"
+    offline_model.save_pretrained(ckpt)
+    out = tmp_path / "q.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "bm25aug.cli", "export", "--checkpoint", str(ckpt), "--dataset",
+                           "scifact", "--split", "test", "--output", str(out), "--top-k", "64"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 300 and all(set(r) == {"id", "text", "vector"} for r in rows)
+    searcher = AugmentedSearcher.from_pretrained(ckpt, scifact_wp, top_k=64)
+    for row in rows[:25]:
+        ours = [(h.docid, h.score) for h in searcher.search(row["text"], 100)]
+        assert plain_pyserini_search(scifact_wp, row["vector"], 100) == ours
+    shown = searcher.augment(rows[0]["text"])
+    assert set(shown.reweighted) == set(searcher.searcher.query_terms(rows[0]["text"]))
+    assert all(t not in shown.reweighted for t in shown.added)
+    assert searcher.search("") == [] and isinstance(searcher.search("\u2603 \u2603"), list)
+
+
+def test_checkpoint_vocab_mismatch(scifact_wp, offline_model, tmp_path):
+    import pytest
+
+    from bm25aug.errors import UserError
+    from bm25aug.search import AugmentedSearcher
+
+    offline_model.config.vocab_hash, saved = "0000", offline_model.config.vocab_hash
+    try:
+        offline_model.save_pretrained(tmp_path / "bad")
+    finally:
+        offline_model.config.vocab_hash = saved
+    with pytest.raises(UserError, match="trained against vocabulary 0000"):
+        AugmentedSearcher.from_pretrained(tmp_path / "bad", scifact_wp)

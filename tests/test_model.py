@@ -1,0 +1,55 @@
+import pytest
+import torch
+
+from bm25aug.errors import UserError
+from bm25aug.model import AugmenterConfig, QueryAugmenter
+
+
+def test_boosts_reduce_to_bm25_counts_without_a_and_w(offline_model):
+    m = QueryAugmenter(AugmenterConfig(encoder=offline_model.config.encoder, use_weights=False, use_augmentation=False),
+                       offline_model.encoder, offline_model.tokenizer)
+    assert m.encode(["cat cat dog \u2603"])[0] == {"cat": 2.0, "dog": 1.0}  # [UNK] and [CLS]/[SEP] dropped
+
+
+@torch.no_grad()
+def test_boost_rule_query_terms_and_added_terms(offline_model):
+    enc = offline_model.tokenize(["cat cat dog"])
+    out = offline_model(enc["input_ids"], enc["attention_mask"])
+    tok = offline_model.tokenizer
+    cat, dog = tok.convert_tokens_to_ids(["cat", "dog"])
+    a, boosts = out.augmentation[0], out.boosts[0]
+    hidden = offline_model.encoder(**enc).last_hidden_state[0]
+    w = torch.relu(offline_model.weight_head(hidden).squeeze(-1))
+    ids = enc["input_ids"][0].tolist()
+    w_cat = sum(w[i] for i, t in enumerate(ids) if t == cat)
+    assert float(boosts[cat]) == pytest.approx(float(w_cat * (1 + a[cat])), rel=1e-5)  # summed w times (1 + a)
+    others = torch.ones_like(boosts, dtype=torch.bool)
+    others[[cat, dog]] = False
+    assert torch.equal(boosts[others], a[others])  # non-query entries: boost = a
+    assert float(a[tok.all_special_ids].abs().sum()) == 0.0
+
+
+def test_save_and_load_round_trip(offline_model, tmp_path):
+    offline_model.save_pretrained(tmp_path / "ckpt")
+    loaded = QueryAugmenter.from_pretrained(tmp_path / "ckpt")
+    assert loaded.config == offline_model.config
+    q = ["does vitamin d affect birth weight"]
+    a, b = offline_model.eval().encode(q)[0], loaded.encode(q)[0]
+    assert a.keys() == b.keys() and all(a[t] == pytest.approx(b[t], rel=1e-5) for t in a)
+    assert not list(tmp_path.glob(".ckpt*"))
+
+
+def test_missing_and_corrupt_checkpoints(offline_model, tmp_path):
+    with pytest.raises(UserError, match="not a bm25aug checkpoint"):
+        QueryAugmenter.from_pretrained(tmp_path / "nothing")
+    offline_model.save_pretrained(tmp_path / "ckpt")
+    (tmp_path / "ckpt" / "model.safetensors").write_bytes(b"garbage")
+    with pytest.raises(UserError, match="corrupt or incomplete"):
+        QueryAugmenter.from_pretrained(tmp_path / "ckpt")
+
+
+def test_quantized_model_keeps_the_query_terms(offline_model):
+    q = ["breast cancer prognosis"]
+    full, small = offline_model.eval().encode(q)[0], offline_model.quantized().encode(q)[0]
+    for t in ("breast", "cancer"):
+        assert t in full and t in small
