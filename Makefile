@@ -23,8 +23,9 @@ install: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -ra tests
 
+# --resume makes a second `make demo` reuse the finished model instead of training again.
 demo: $(STAMP)
-	$(PY) train.py --dataset scifact --output-dir checkpoints/scifact
+	$(PY) train.py --dataset scifact --output-dir checkpoints/scifact --resume
 	$(PY) eval.py --dataset scifact --method augmented --checkpoint checkpoints/scifact
 
 bench: $(STAMP)

@@ -102,7 +102,8 @@ def timed_run(search, queries: dict[str, str], warmup: int = 10) -> tuple[dict, 
     return run, np.asarray(latencies) * 1000
 
 
-def evaluate_method(method: str, dataset, split, k: int, index_root, threads: int, checkpoint: Path | None) -> tuple[dict, dict]:
+def evaluate_method(method: str, dataset, split, k: int, index_root, threads: int, checkpoint: Path | None,
+                    k1: float = 0.9, b: float = 0.4) -> tuple[dict, dict]:
     from bm25aug.evaluation import evaluate_answers, evaluate_qrels
     from bm25aug.index import ensure_index
     from bm25aug.search import AugmentedSearcher, BM25Searcher
@@ -110,13 +111,13 @@ def evaluate_method(method: str, dataset, split, k: int, index_root, threads: in
     index = ensure_index(dataset, "flat" if method == "bm25-flat" else "wp", index_root, threads=threads)
     extra = {}
     if method == "augmented":
-        searcher = AugmentedSearcher.from_pretrained(checkpoint, index)
+        searcher = AugmentedSearcher.from_pretrained(checkpoint, index, k1, b)
         terms = searcher.term_lists(list(split.queries.values()))
         added = [sum(1 for t in v if t not in searcher.searcher.query_terms(q)) for q, v in zip(split.queries.values(), terms)]
         extra = {"aug_terms_mean": float(np.mean(added)) if added else 0.0,
                  "query_terms_mean": float(np.mean([len(v) for v in terms])) if terms else 0.0}
     else:
-        searcher = BM25Searcher(index)
+        searcher = BM25Searcher(index, k1, b)
     run, lat = timed_run(lambda q: searcher.search(q, k), split.queries)
     metrics = (evaluate_answers(run, split.answers, dataset.corpus) if dataset.is_qa and split.answers
                else evaluate_qrels(run, split.qrels))
@@ -165,7 +166,8 @@ def cmd_eval(args) -> None:
     results, runs = {}, {}
     for m in methods:
         log.info("evaluating %s on %s/%s (%d queries)", m, dataset.name, args.split or dataset.spec.eval_split, len(split.queries))
-        results[m], runs[m] = evaluate_method(m, dataset, split, k, args.index_root, args.threads, checkpoint)
+        results[m], runs[m] = evaluate_method(m, dataset, split, k, args.index_root, args.threads, checkpoint,
+                                              args.k1, args.b)
     print(format_table(results))
     if args.output:
         write_trec_run(runs[method], args.output, tag=method)
@@ -227,6 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint")
     p.add_argument("--split")
     p.add_argument("--k", type=int, help="hits per query (default 1000; 100 for QA)")
+    p.add_argument("--k1", type=float, default=0.9, help="BM25 k1 (default 0.9)")
+    p.add_argument("--b", type=float, default=0.4, help="BM25 b (default 0.4)")
     p.add_argument("--run", help="score this TREC run file instead of searching")
     p.add_argument("--output", help="write the run of --method as a TREC run file")
     p.add_argument("--json-out", help="write the metrics as one JSON object")

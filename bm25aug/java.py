@@ -17,6 +17,7 @@ from bm25aug.errors import UserError
 
 MIN_JAVA = 21
 _started = False
+_lucene_logger = None
 
 
 def _java_version(java_home: Path) -> int | None:
@@ -83,6 +84,11 @@ def start_jvm() -> None:
 
     # Augmented queries can have many clauses; Lucene's default cap is 1024.
     jnius.autoclass("org.apache.lucene.search.IndexSearcher").setMaxClauseCount(1 << 16)
+    # Lucene logs an INFO line through java.util.logging when it first maps an index; keep stderr for
+    # errors. JUL holds loggers weakly, so keep a reference.
+    global _lucene_logger
+    _lucene_logger = jnius.autoclass("java.util.logging.Logger").getLogger("org.apache.lucene")
+    _lucene_logger.setLevel(jnius.autoclass("java.util.logging.Level").WARNING)
     _started = True
 
 
