@@ -143,8 +143,8 @@ class Dataset:
             return sorted(p.stem for p in (self.path / "qrels").glob("*.tsv"))
         if self.layout == "msmarco":
             return sorted(p.name.split(".")[1] for p in self.path.glob("qrels.*.tsv"))
-        names = {p.name.split(".")[0].split("-")[-1] for p in self.path.glob("*.qa.*")}
-        names |= {p.name.split(".")[0].split("-")[-1] for p in self.path.glob("*.json")}
+        qa_files = [*self.path.glob("*.qa.*"), *self.path.glob("*.csv"), *self.path.glob("*.json")]
+        names = {p.name.split(".")[0].split("-")[-1] for p in qa_files}
         return sorted(names)
 
     def split(self, name: str) -> Split:

@@ -12,6 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from tqdm import tqdm
+
 from bm25aug.errors import UserError
 from bm25aug.io import atomic_write_text
 from bm25aug.index import FIELD, IndexMeta, check_vocab
@@ -100,14 +102,14 @@ class BM25Searcher:
         return parallel_map(lambda q: self.search(q, k), queries, qids, threads)
 
 
-def parallel_map(fn, items: list, qids: list[str], threads: int) -> dict[str, list[Hit]]:
-    """Apply a search function over queries; Lucene releases the GIL while it searches."""
+def parallel_map(fn, items: list, qids: list[str], threads: int, desc: str | None = None) -> dict[str, list[Hit]]:
+    """Apply a search function over queries; Lucene releases the GIL while it searches.
+    ``desc`` shows a progress bar under that name."""
     if len(items) != len(qids):
         raise UserError(f"got {len(items)} queries but {len(qids)} qids; fix: pass one qid per query")
-    if threads <= 1:
-        return {qid: fn(item) for qid, item in zip(qids, items)}
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        return dict(zip(qids, pool.map(fn, items)))
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        results = tqdm(pool.map(fn, items), total=len(items), desc=desc, unit="q", disable=desc is None)
+        return dict(zip(qids, results))
 
 
 def write_trec_run(run: dict[str, list[Hit]], path: str | Path, tag: str = "bm25aug") -> None:

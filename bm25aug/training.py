@@ -109,8 +109,8 @@ def mine_hard_negatives(searcher: BM25Searcher, bm25: TorchBM25, split: Split, d
                         threads: int) -> dict[str, list[str]]:
     """Top-``depth`` BM25 (wp) documents that are not judged positive (nor contain an answer)."""
     qids = [q for q in split.queries if split.qrels.get(q)]
-    runs = parallel_map(lambda q: searcher.search(q, depth + 20), [split.queries[q] for q in tqdm(qids, desc="mine negatives")],
-                        qids, threads)
+    runs = parallel_map(lambda q: searcher.search(q, depth + 20), [split.queries[q] for q in qids], qids, threads,
+                        desc="mine hard negatives")
     negatives = {}
     for qid in qids:
         answers = split.answers.get(qid)
