@@ -5,7 +5,7 @@
 
 Each point is ``train.py`` then ``eval.py --method augmented`` (which also runs bm25-wp in the
 same process, so latency ratios compare like with like). Results: ``runs/sweep/*.json``, a
-markdown table on stdout and ``runs/sweep/sweep.png``.
+markdown table on stdout and ``docs/sweep.png``.
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ def main() -> None:
     p.add_argument("--lams", type=float, nargs="*", default=[])
     p.add_argument("--ablations", action="store_true")
     p.add_argument("--out", default="runs/sweep")
+    p.add_argument("--plot", default="docs/sweep.png", help="where the sweep's PNG goes (the README shows it)")
     args = p.parse_args()
     out = ROOT / args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -86,8 +87,10 @@ def main() -> None:
         rows = {f"λ={lam:g}": run_point("ablation_full" if lam == default else f"lam{lam:g}", ["--lam", str(lam)],
                                         args.dataset, out) for lam in args.lams}
         print("\nSparsity sweep\n" + table(rows))
-        plot(rows, out / "sweep.png")
-        print(f"plot: {out / 'sweep.png'}")
+        plot_path = ROOT / args.plot
+        plot_path.parent.mkdir(parents=True, exist_ok=True)
+        plot(rows, plot_path)
+        print(f"plot: {plot_path}")
     if args.ablations:
         rows = {name: run_point(f"ablation_{name}", flags, args.dataset, out) for name, flags in ABLATIONS.items()}
         print("\nAblations\n" + table(rows))
