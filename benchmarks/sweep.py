@@ -67,7 +67,8 @@ def plot(rows: dict[str, dict], path: Path) -> None:
         ax.set_xlabel(label)
         ax.set_ylabel("SciFact test nDCG@10")
         ax.legend(fontsize=8)
-    axes[1].axvline(base["latency_ms_p50_bm25_wp"], color="C3", ls="--", lw=0.8)
+    axes[1].axvline(base["latency_ms_p50_bm25_wp"], color="C3", ls="--", lw=0.8, label="bm25-wp p50")
+    axes[1].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
