@@ -323,7 +323,7 @@ def plot_curves(history: list[dict], path: Path) -> None:
     ax1.set_ylabel("training loss")
     ax1.legend()
     ax2.plot(epochs, [h["dev_metric"] for h in history], "o-", color="C2")
-    ax2.set_xlabel("epoch")
+    ax2.set_xlabel("epoch (0: plain BM25 wp)")
     ax2.set_ylabel(f"dev {history[0]['dev_metric_name']}")
     ax3 = ax2.twinx()
     ax3.plot(epochs, [h["dev_aug_terms"] for h in history], "x:", color="C3")
