@@ -75,7 +75,7 @@ PRESETS: dict[str, dict] = {
     "msmarco": dict(lr=3e-5, head_lr=3e-5, batch_size=144, lam=0.025, epochs=2, hard_negatives=4),
     # Small sets (hundreds to a few thousand training queries), tuned on SciFact's train slice.
     "_small_beir": dict(lr=3e-5, head_lr=1e-3, batch_size=32, lam=0.1, epochs=6, hard_negatives=1),
-    "squad": dict(lr=3e-5, head_lr=1e-3, batch_size=64, lam=0.1, epochs=3, hard_negatives=1),
+    "squad": dict(lr=3e-5, head_lr=1e-3, batch_size=64, lam=0.1, epochs=3, hard_negatives=1, dev_size=500),
 }
 
 
