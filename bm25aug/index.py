@@ -124,13 +124,13 @@ def _write_shards(dataset: Dataset, folder: Path, shards: int, tokenizer) -> Pat
     folder.mkdir(parents=True)
     files = [open(folder / f"part{i:03d}.jsonl", "w", encoding="utf-8") for i in range(shards)]
     items = list(dataset.corpus.items())
-    batch = 1024
+    batch = 8192
     try:
         for lo in tqdm(range(0, len(items), batch), desc=f"prepare {dataset.name}", unit="batch"):
             chunk = items[lo:lo + batch]
             contents = [doc.contents for _, doc in chunk]
             if tokenizer is not None:
-                contents = [" ".join(toks) for toks in tokenize_batch(tokenizer, contents)]
+                contents = [" ".join(toks) for toks in tokenize_batch(tokenizer, contents, parallel=True)]
             for j, ((docid, _), text) in enumerate(zip(chunk, contents)):
                 files[(lo + j) % shards].write(json.dumps({"id": docid, "contents": text}) + "\n")
     finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from collections import Counter
 from functools import lru_cache
 
@@ -62,12 +63,25 @@ def special_tokens(tokenizer) -> set[str]:
     return set(tokenizer.all_special_tokens)
 
 
-def tokenize_batch(tokenizer, texts: list[str]) -> list[list[str]]:
-    """WordPiece tokens of each text, untruncated, without [CLS]/[SEP]."""
+def tokenize_batch(tokenizer, texts: list[str], parallel: bool = False) -> list[list[str]]:
+    """WordPiece tokens of each text, untruncated, without [CLS]/[SEP].
+
+    ``parallel`` lets the Rust tokenizer use every core for this call (index builds); elsewhere
+    TOKENIZERS_PARALLELISM stays as the user set it."""
     backend = tokenizer.backend_tokenizer
     backend.no_truncation()
     backend.no_padding()
-    return [enc.tokens for enc in backend.encode_batch(texts, add_special_tokens=False)]
+    saved = os.environ.get("TOKENIZERS_PARALLELISM")
+    if parallel:
+        os.environ["TOKENIZERS_PARALLELISM"] = "true"
+    try:
+        return [enc.tokens for enc in backend.encode_batch(texts, add_special_tokens=False)]
+    finally:
+        if parallel:
+            if saved is None:
+                os.environ.pop("TOKENIZERS_PARALLELISM", None)
+            else:
+                os.environ["TOKENIZERS_PARALLELISM"] = saved
 
 
 def query_term_counts(tokenizer, query: str) -> Counter:
