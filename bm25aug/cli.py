@@ -104,23 +104,22 @@ def timed_run(search, queries: dict[str, str], warmup: int = 10) -> tuple[dict, 
 
 def evaluate_method(method: str, dataset, split, k: int, index_root, threads: int, checkpoint: Path | None,
                     k1: float = 0.9, b: float = 0.4) -> tuple[dict, dict]:
-    from bm25aug.evaluation import evaluate_answers, evaluate_qrels
+    from bm25aug.evaluation import evaluate_split
     from bm25aug.index import ensure_index
-    from bm25aug.search import AugmentedSearcher, BM25Searcher
+    from bm25aug.search import AugmentedSearcher, BM25Searcher, mean_added_terms
 
     index = ensure_index(dataset, "flat" if method == "bm25-flat" else "wp", index_root, threads=threads)
     extra = {}
     if method == "augmented":
         searcher = AugmentedSearcher.from_pretrained(checkpoint, index, k1, b)
-        terms = searcher.term_lists(list(split.queries.values()))
-        added = [sum(1 for t in v if t not in searcher.searcher.query_terms(q)) for q, v in zip(split.queries.values(), terms)]
-        extra = {"aug_terms_mean": float(np.mean(added)) if added else 0.0,
+        texts = list(split.queries.values())
+        terms = searcher.term_lists(texts)
+        extra = {"aug_terms_mean": mean_added_terms(searcher.searcher, texts, terms),
                  "query_terms_mean": float(np.mean([len(v) for v in terms])) if terms else 0.0}
     else:
         searcher = BM25Searcher(index, k1, b)
     run, lat = timed_run(lambda q: searcher.search(q, k), split.queries)
-    metrics = (evaluate_answers(run, split.answers, dataset.corpus) if dataset.is_qa and split.answers
-               else evaluate_qrels(run, split.qrels))
+    metrics = evaluate_split(run, split, dataset.corpus)
     metrics.update(latency_ms_p50=float(np.percentile(lat, 50)), latency_ms_p95=float(np.percentile(lat, 95)), **extra)
     return metrics, run
 
@@ -150,11 +149,9 @@ def cmd_eval(args) -> None:
     dataset = load_dataset(name, args.data_dir)
     split = dataset.split(args.split or dataset.spec.eval_split)
     if args.run:
-        from bm25aug.evaluation import evaluate_answers, evaluate_qrels
+        from bm25aug.evaluation import evaluate_split
 
-        run = read_trec_run(args.run)
-        metrics = (evaluate_answers(run, split.answers, dataset.corpus) if dataset.is_qa and split.answers
-                   else evaluate_qrels(run, split.qrels))
+        metrics = evaluate_split(read_trec_run(args.run), split, dataset.corpus)
         print(format_table({Path(args.run).name: metrics}))
         if args.json_out:
             write_json(args.json_out, metrics)

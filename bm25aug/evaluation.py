@@ -87,3 +87,10 @@ def evaluate_answers(run: dict[str, list[Hit]], answers: dict[str, list[str]], c
     metrics = {f"acc@{k}": float(np.mean(first < k)) if len(first) else 0.0 for k in ks}
     metrics["num_queries"] = len(first)
     return metrics
+
+
+def evaluate_split(run: dict[str, list[Hit]], split, corpus: dict[str, Document]) -> dict[str, float]:
+    """Answer-match Acc@k for QA splits (they have answers), qrels metrics otherwise."""
+    if split.answers:
+        return evaluate_answers(run, split.answers, corpus)
+    return evaluate_qrels(run, split.qrels)

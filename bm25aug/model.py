@@ -167,15 +167,19 @@ class QueryAugmenter(nn.Module):
     # ------------------------------------------------------------------------------ persistence
     def save_pretrained(self, path: str | Path) -> None:
         """Config, weights and tokenizer in one directory, written under a temp name then renamed."""
-        from safetensors.torch import save_file
-
         from bm25aug.io import atomic_dir
 
         with atomic_dir(path) as tmp:
-            self.encoder.config.save_pretrained(tmp / "encoder")
-            self.tokenizer.save_pretrained(tmp)
-            (tmp / CONFIG_NAME).write_text(json.dumps(asdict(self.config), indent=2))
-            save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(tmp / WEIGHTS_NAME))
+            self.write_files(tmp)
+
+    def write_files(self, folder: Path) -> None:
+        """The checkpoint's files, into an existing (temporary) folder; see ``save_pretrained``."""
+        from safetensors.torch import save_file
+
+        self.encoder.config.save_pretrained(folder / "encoder")
+        self.tokenizer.save_pretrained(folder)
+        (folder / CONFIG_NAME).write_text(json.dumps(asdict(self.config), indent=2))
+        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(folder / WEIGHTS_NAME))
 
     @classmethod
     def from_pretrained(cls, path: str | Path) -> "QueryAugmenter":

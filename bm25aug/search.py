@@ -102,6 +102,12 @@ class BM25Searcher:
         return parallel_map(lambda q: self.search(q, k), queries, qids, threads)
 
 
+def mean_added_terms(searcher: BM25Searcher, queries: list[str], term_lists: list[dict[str, float]]) -> float:
+    """Average number of terms per query that are not among the query's own WordPiece terms."""
+    added = [sum(1 for t in terms if t not in searcher.query_terms(q)) for q, terms in zip(queries, term_lists)]
+    return float(sum(added) / len(added)) if added else 0.0
+
+
 def parallel_map(fn, items: list, qids: list[str], threads: int, desc: str | None = None) -> dict[str, list[Hit]]:
     """Apply a search function over queries; Lucene releases the GIL while it searches.
     ``desc`` shows a progress bar under that name."""

@@ -25,11 +25,11 @@ from tqdm import tqdm
 
 from bm25aug.data import Dataset, Split
 from bm25aug.errors import UserError
-from bm25aug.evaluation import evaluate_answers, evaluate_qrels, has_answer
+from bm25aug.evaluation import evaluate_split, has_answer
 from bm25aug.export import encode_queries
 from bm25aug.io import atomic_dir, atomic_write_bytes, write_json, write_jsonl
 from bm25aug.model import QueryAugmenter
-from bm25aug.search import BM25Searcher, parallel_map
+from bm25aug.search import BM25Searcher, mean_added_terms, parallel_map
 from bm25aug.torch_bm25 import BM25Params, TorchBM25
 
 log = logging.getLogger(__name__)
@@ -264,22 +264,17 @@ class Trainer:
                    else encode_queries(self.model, texts, progress=False))
         run = parallel_map(lambda v: self.searcher.search_terms(v, self.config.dev_depth), vectors, qids,
                            self.config.threads)
-        if self.dataset.is_qa and self.dev.answers:
-            # Acc@5, the paper's first QA metric; Acc@20 saturates on small corpora (SQuAD: 1.0 for BM25).
-            metric_name, metric = "acc@5", evaluate_answers(run, self.dev.answers, self.dataset.corpus)["acc@5"]
-        else:
-            metric_name, metric = "ndcg@10", evaluate_qrels(run, self.dev.qrels)["ndcg@10"]
-        added = [sum(1 for t in v if t not in self.searcher.query_terms(self.dev.queries[q])) for q, v in zip(qids, vectors)]
+        # QA: Acc@5, the paper's first QA metric (Acc@20 saturates on small corpora: 1.0 for BM25 on SQuAD).
+        metric_name = "acc@5" if self.dev.answers else "ndcg@10"
+        metric = evaluate_split(run, self.dev, self.dataset.corpus)[metric_name]
         self.model.train()
-        return {"dev_metric": metric, "dev_metric_name": metric_name, "dev_aug_terms": float(np.mean(added))}
+        return {"dev_metric": metric, "dev_metric_name": metric_name,
+                "dev_aug_terms": mean_added_terms(self.searcher, texts, vectors)}
 
     # ------------------------------------------------------------------------------ checkpoints
     def _save_state(self, state: dict) -> None:
         with atomic_dir(self.out / "last") as tmp:
-            self.model.save_pretrained(tmp / "model")
-            for child in (tmp / "model").iterdir():
-                child.rename(tmp / child.name)
-            (tmp / "model").rmdir()
+            self.model.write_files(tmp)
             torch.save({"state": state, "optimizer": self.optimizer.state_dict(),
                         "scheduler": self.scheduler.state_dict(), "torch_rng": torch.get_rng_state()},
                        tmp / "trainer_state.pt")
