@@ -59,16 +59,15 @@ def cmd_train(args) -> None:
     config = TrainConfig.for_dataset(dataset.name, **{k: v for k, v in overrides.items() if k != "dataset"})
     wp = ensure_index(dataset, "wp", args.index_root, threads=args.threads)
     result = Trainer(config, dataset, wp, resume=args.resume).train()
-    best = result["history"]
-    print(f"best dev {best[0]['dev_metric_name']}: {result['best_dev_metric']:.4f} "
-          f"(BM25 wp on the same dev queries: {best[0]['dev_metric']:.4f}); model: {config.output_dir}/best")
+    reference = result["history"][0]  # epoch 0: plain BM25 wp on the dev queries
+    print(f"best dev {reference['dev_metric_name']}: {result['best_dev_metric']:.4f} "
+          f"(BM25 wp on the same dev queries: {reference['dev_metric']:.4f}); model: {config.output_dir}/best")
 
 
 # ----------------------------------------------------------------------------------------- eval
 def resolve_checkpoint(path: str | None, dataset_name: str, transfer: bool) -> Path:
     """``--checkpoint`` (a model dir or a train.py output dir), else ``checkpoints/<source>/best``."""
     from bm25aug.data import REGISTRY
-
     from bm25aug.model import CONFIG_NAME
 
     if path:

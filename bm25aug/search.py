@@ -209,7 +209,8 @@ class AugmentedSearcher:
         return self.searcher.search_terms(self.term_lists([query])[0], k)
 
     def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, threads: int = 1) -> dict[str, list[Hit]]:
-        """Encode all queries in batches, then search them on ``threads`` Lucene threads."""
+        """Encode every query (one at a time, see ``encode_queries``), then search them on
+        ``threads`` Lucene threads."""
         keep = [i for i, q in enumerate(queries) if q and q.strip()]
         vectors: list[dict[str, float]] = [{} for _ in queries]
         for i, v in zip(keep, self.term_lists([queries[i] for i in keep])):

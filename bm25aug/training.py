@@ -199,7 +199,7 @@ class Trainer:
     # ------------------------------------------------------------------------------------ loop
     def train(self) -> dict:
         c = self.config
-        state = self._load_state() if self.resume else {"epoch": 0, "best": -1.0, "step": 0}
+        state = self._load_state() if self.resume else _fresh_state()
         log_path = self.out / "log.jsonl"
         history = _read_jsonl(log_path) if self.resume else []
         if not self.resume or not history:
@@ -284,13 +284,18 @@ class Trainer:
         if not path.exists():
             log.info("no checkpoint in %s; starting from scratch", self.out)
             self.resume = False
-            return {"epoch": 0, "best": -1.0, "step": 0}
+            return _fresh_state()
         saved = torch.load(path, weights_only=False)
         self.optimizer.load_state_dict(saved["optimizer"])
         self.scheduler.load_state_dict(saved["scheduler"])
         torch.set_rng_state(saved["torch_rng"])
         log.info("resuming %s after epoch %d", self.out, saved["state"]["epoch"])
         return saved["state"]
+
+
+def _fresh_state() -> dict:
+    """Trainer progress before the first epoch (best = -1: any dev score beats it)."""
+    return {"epoch": 0, "best": -1.0, "step": 0}
 
 
 def _seed_everything(seed: int) -> None:
