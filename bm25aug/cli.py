@@ -89,12 +89,12 @@ def resolve_checkpoint(path: str | None, dataset_name: str, transfer: bool) -> P
 
 def timed_run(search, queries: dict[str, str], warmup: int = 10) -> tuple[dict, np.ndarray]:
     """Search query by query on one thread, timing each (model inference included)."""
-    from tqdm import tqdm
+    from bm25aug.progress import progress
 
     for q in list(queries.values())[:warmup]:
         search(q)
     run, latencies = {}, []
-    for qid, q in tqdm(queries.items(), desc="search", unit="q", leave=False):
+    for qid, q in progress(queries.items(), desc="search", unit="q", leave=False):
         start = time.perf_counter()
         run[qid] = search(q)
         latencies.append(time.perf_counter() - start)

@@ -342,7 +342,7 @@ def load_dataset(name_or_path: str, data_dir: str | Path | None = None, download
 
 def _download(spec: DatasetSpec, target: Path) -> None:
     """Fetch and unpack every file of ``spec`` into a temporary folder, then rename it to ``target``."""
-    from tqdm import tqdm
+    from bm25aug.progress import progress
 
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
@@ -351,7 +351,7 @@ def _download(spec: DatasetSpec, target: Path) -> None:
             dest = tmp / fname
             with urllib.request.urlopen(url, timeout=30) as resp, open(dest, "wb") as out:
                 total = int(resp.headers.get("Content-Length") or 0) or None
-                with tqdm(total=total, unit="B", unit_scale=True, desc=f"download {fname}") as bar:
+                with progress(total=total, unit="B", unit_scale=True, desc=f"download {fname}") as bar:
                     while chunk := resp.read(1 << 20):
                         out.write(chunk)
                         bar.update(len(chunk))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tqdm import tqdm
+from bm25aug.progress import progress as progress_bar
 
 from bm25aug.io import write_jsonl
 
@@ -25,7 +25,7 @@ def encode_queries(model, queries: list[str], top_k: int | None = None, threshol
     """One query at a time, so a query's terms never depend on its batch neighbours (padding
     and, in the int8 model, per-batch activation scales would change them)."""
     return [prune(model.encode([q])[0], top_k, threshold)
-            for q in tqdm(queries, desc="augment queries", unit="q", disable=not progress)]
+            for q in progress_bar(queries, desc="augment queries", unit="q", disable=not progress)]
 
 
 def export_term_lists(model, queries: dict[str, str], path: str | Path, top_k: int | None = None,

@@ -26,16 +26,16 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from tqdm import tqdm
+from bm25aug.progress import progress
 
 from bm25aug.data import Dataset
 from bm25aug.errors import UserError
-from bm25aug.java import jclass
+from bm25aug.java import JNI_LOCK, jclass
+from bm25aug.lucene import FIELD, write_docids
 from bm25aug.tokenization import load_tokenizer, tokenize_batch, tokenizer_name, vocab_hash
 
 log = logging.getLogger(__name__)
 FLAVORS = ("flat", "wp")
-FIELD = "contents"
 INDEX_ROOT = Path(os.environ.get("BM25AUG_INDEX_ROOT", "indexes"))
 _TERM_MATRIX = "term_matrix.npz"
 
@@ -106,9 +106,10 @@ def build_index(dataset: Dataset, flavor: str, path: str | Path, threads: int | 
                 "-storeRaw", "-optimize", "-quiet"]
         if flavor == "wp":
             args.append("-pretokenized")
-        with tqdm(total=1, desc=f"lucene index {path.name}", unit="index") as bar:
+        with progress(total=1, desc=f"lucene index {path.name}", unit="index") as bar, JNI_LOCK:
             jclass("io.anserini.index.IndexCollection").main(args)
             bar.update(1)
+        write_docids(work / "index")
         meta.build_seconds = round(time.perf_counter() - start, 3)
         (work / "index" / "meta.json").write_text(json.dumps(asdict(meta), indent=2))
         if path.exists():
@@ -126,7 +127,7 @@ def _write_shards(dataset: Dataset, folder: Path, shards: int, tokenizer) -> Pat
     items = list(dataset.corpus.items())
     batch = 8192
     try:
-        for lo in tqdm(range(0, len(items), batch), desc=f"prepare {dataset.name}", unit="batch"):
+        for lo in progress(range(0, len(items), batch), desc=f"prepare {dataset.name}", unit="batch"):
             chunk = items[lo:lo + batch]
             contents = [doc.contents for _, doc in chunk]
             if tokenizer is not None:
@@ -171,11 +172,11 @@ def read_term_matrix(index_dir: str | Path) -> TermMatrix:
     try:
         n = reader.maxDoc()
         stored = reader.storedFields()
-        docids = [stored.document(i).get("id") for i in tqdm(range(n), desc="read doc ids", unit="doc")]
+        docids = [stored.document(i).get("id") for i in progress(range(n), desc="read doc ids", unit="doc")]
         freqs_flag = jclass("org.apache.lucene.index.PostingsEnum").FREQS
         no_more = jclass("org.apache.lucene.search.DocIdSetIterator").NO_MORE_DOCS
         rows, cols, vals, columns, dfs = [], [], [], {}, {}
-        bar = tqdm(desc="read postings", unit="term")
+        bar = progress(desc="read postings", unit="term")
         leaves = reader.leaves()
         for li in range(leaves.size()):
             leaf = leaves.get(li)

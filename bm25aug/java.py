@@ -11,12 +11,18 @@ import glob
 import os
 import re
 import subprocess
+import threading
 from pathlib import Path
 
 from bm25aug.errors import UserError
 
 MIN_JAVA = 21
 _started = False
+# pyjnius binds an instance method by storing the target object on the method, which is shared by
+# every instance of the class (pyjnius issues #287, #563): two threads calling the same method on
+# different objects can swap targets. Every pyjnius call that is not on a process-wide singleton
+# holds this lock; see ``bm25aug.lucene`` for the one call that runs outside it.
+JNI_LOCK = threading.RLock()
 _lucene_logger = None
 
 
@@ -70,6 +76,13 @@ def anserini_jar() -> str:
 
 def start_jvm() -> None:
     """Start the JVM once per process; later calls are no-ops."""
+    if _started:
+        return
+    with JNI_LOCK:
+        _start_jvm()
+
+
+def _start_jvm() -> None:
     global _started
     if _started:
         return
@@ -97,4 +110,5 @@ def jclass(name: str):
     start_jvm()
     from jnius import autoclass
 
-    return autoclass(name)
+    with JNI_LOCK:
+        return autoclass(name)

@@ -1,9 +1,9 @@
 """BM25 search over ``flat`` and ``wp`` indexes, Pyserini-style, plus TREC run files.
 
 WordPiece queries are weighted term lists turned into a ``BooleanQuery`` of boosted
-``TermQuery`` clauses built here, never through an analyzer: Pyserini's ``get_term_query``
-would stem the term and split ``##`` pieces. A term repeated n times gets boost n, which is
-what BM25 over a bag of query tokens means.
+``TermQuery`` clauses, never through an analyzer: Pyserini's ``get_term_query`` would stem the
+term and split ``##`` pieces. A term repeated n times gets boost n, which is what BM25 over a bag
+of query tokens means. Lucene itself is reached through ``bm25aug.lucene``.
 """
 
 from __future__ import annotations
@@ -11,64 +11,39 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
-from tqdm import tqdm
+from bm25aug.progress import progress
 
 from bm25aug.errors import UserError
 from bm25aug.io import atomic_write_text
-from bm25aug.index import FIELD, IndexMeta, check_vocab
-from bm25aug.java import start_jvm
+from bm25aug.index import IndexMeta, check_vocab
+from bm25aug.lucene import EMPTY, LuceneIndex, TopK
 from bm25aug.tokenization import load_tokenizer, query_term_counts
 
 
-@dataclass(frozen=True)
-class Hit:
+class Hit(NamedTuple):
     """One retrieved document, like Pyserini's ``JScoredDoc`` (``docid``, ``score``)."""
 
     docid: str
     score: float
 
 
-class _Lucene:
-    """Java classes for building weighted term queries, resolved once."""
-
-    def __init__(self):
-        start_jvm()
-        from jnius import autoclass
-
-        self.Term = autoclass("org.apache.lucene.index.Term")
-        self.TermQuery = autoclass("org.apache.lucene.search.TermQuery")
-        self.BoostQuery = autoclass("org.apache.lucene.search.BoostQuery")
-        self.Builder = autoclass("org.apache.lucene.search.BooleanQuery$Builder")
-        self.SHOULD = autoclass("org.apache.lucene.search.BooleanClause$Occur").SHOULD
-
-
-_lucene: _Lucene | None = None
-
-
-def term_query(terms: dict[str, float], field: str = FIELD):
-    """``BooleanQuery`` of ``BoostQuery(TermQuery(field:term), weight)`` clauses; no analysis."""
-    global _lucene
-    _lucene = _lucene or _Lucene()
-    builder = _lucene.Builder()
-    for term, weight in terms.items():
-        if weight > 0:
-            builder.add(_lucene.BoostQuery(_lucene.TermQuery(_lucene.Term(field, term)), float(weight)),
-                        _lucene.SHOULD)
-    return builder.build()
+def check_query(query) -> str:
+    if not isinstance(query, str):
+        raise TypeError(f"a query must be a str, not {type(query).__name__}")
+    return query
 
 
 class BM25Searcher:
-    """BM25 over a bm25aug index of either flavor (k1=0.9, b=0.4 as in Pyserini's BEIR runs)."""
+    """BM25 over a bm25aug index of either flavor (k1=0.9, b=0.4 as in Pyserini's BEIR runs).
+
+    Hits, scores and their order equal Pyserini's ``LuceneSearcher`` (see ``bm25aug.lucene``)."""
 
     def __init__(self, index_dir: str | Path, k1: float = 0.9, b: float = 0.4, tokenizer=None):
         self.index_dir = Path(index_dir)
         self.meta = IndexMeta.load(self.index_dir)
-        start_jvm()
-        from pyserini.search.lucene import LuceneSearcher
-
-        self.searcher = LuceneSearcher(str(self.index_dir))
-        self.searcher.set_bm25(k1, b)
+        self.index = LuceneIndex(self.index_dir, k1, b)
         self.k1, self.b = k1, b
         self.tokenizer = None
         if self.meta.flavor == "wp":
@@ -77,28 +52,39 @@ class BM25Searcher:
 
     @property
     def num_docs(self) -> int:
-        return self.searcher.num_docs
+        return self.index.num_docs
 
     def query_terms(self, query: str) -> dict[str, float]:
         """WordPiece terms of ``query`` with their counts as weights (``wp`` indexes only)."""
         if self.tokenizer is None:
             raise UserError(f"{self.index_dir} is a flat index; weighted term queries need a wp index")
-        return {t: float(c) for t, c in query_term_counts(self.tokenizer, query).items()}
+        return {t: float(c) for t, c in query_term_counts(self.tokenizer, check_query(query)).items()}
 
-    def search(self, query: str, k: int = 1000) -> list[Hit]:
-        if not query or not query.strip():
-            return []
+    def search_arrays(self, query: str, k: int = 1000) -> TopK:
+        """The fast path: Lucene doc numbers and scores as arrays (``hits`` turns them into ``Hit``s)."""
+        if not check_query(query).strip():
+            return EMPTY
         if self.tokenizer is None:
-            return [Hit(h.docid, h.score) for h in self.searcher.search(query, k)]
-        return self.search_terms(self.query_terms(query), k)
+            return self.index.search(self.index.analyzed_query(query), k)
+        return self.search_terms_arrays(self.query_terms(query), k)
 
-    def search_terms(self, terms: dict[str, float], k: int = 1000) -> list[Hit]:
+    def search_terms_arrays(self, terms: dict[str, float], k: int = 1000) -> TopK:
         """Search a weighted term list ``{token: boost}``; an empty list has no hits."""
         if not any(w > 0 for w in terms.values()):
-            return []
-        return [Hit(h.docid, h.score) for h in self.searcher.object.search(term_query(terms), k)]
+            return EMPTY
+        return self.index.search(self.index.weighted_query(terms), k)
+
+    def hits(self, top: TopK) -> list[Hit]:
+        return list(map(Hit, self.index.docids[top.lucene_ids].tolist(), top.scores.tolist()))
+
+    def search(self, query: str, k: int = 1000) -> list[Hit]:
+        return self.hits(self.search_arrays(query, k))
+
+    def search_terms(self, terms: dict[str, float], k: int = 1000) -> list[Hit]:
+        return self.hits(self.search_terms_arrays(terms, k))
 
     def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, threads: int = 1) -> dict[str, list[Hit]]:
+        """Search many queries on ``threads`` threads; the result equals searching one by one."""
         return parallel_map(lambda q: self.search(q, k), queries, qids, threads)
 
 
@@ -109,12 +95,12 @@ def mean_added_terms(searcher: BM25Searcher, queries: list[str], term_lists: lis
 
 
 def parallel_map(fn, items: list, qids: list[str], threads: int, desc: str | None = None) -> dict[str, list[Hit]]:
-    """Apply a search function over queries; Lucene releases the GIL while it searches.
-    ``desc`` shows a progress bar under that name."""
+    """Apply a search function over queries on ``threads`` threads (``bm25aug.lucene`` makes that
+    safe, and Lucene searches without the GIL). ``desc`` names a progress bar, shown on a terminal."""
     if len(items) != len(qids):
         raise UserError(f"got {len(items)} queries but {len(qids)} qids; fix: pass one qid per query")
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        results = tqdm(pool.map(fn, items), total=len(items), desc=desc, unit="q", disable=desc is None)
+        results = progress(pool.map(fn, items), total=len(items), desc=desc, unit="q", disable=desc is None)
         return dict(zip(qids, results))
 
 
@@ -200,18 +186,21 @@ class AugmentedSearcher:
         return encode_queries(self.model, queries, top_k=self.top_k, threshold=self.threshold, progress=False)
 
     def augment(self, query: str) -> AugmentedQuery:
-        terms = self.term_lists([query])[0] if query.strip() else {}
+        terms = self.term_lists([query])[0] if check_query(query).strip() else {}
         return AugmentedQuery(query, terms, self.searcher.query_terms(query))
 
+    def search_arrays(self, query: str, k: int = 1000) -> TopK:
+        if not check_query(query).strip():
+            return EMPTY
+        return self.searcher.search_terms_arrays(self.term_lists([query])[0], k)
+
     def search(self, query: str, k: int = 1000) -> list[Hit]:
-        if not query or not query.strip():
-            return []
-        return self.searcher.search_terms(self.term_lists([query])[0], k)
+        return self.searcher.hits(self.search_arrays(query, k))
 
     def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, threads: int = 1) -> dict[str, list[Hit]]:
         """Encode every query (one at a time, see ``encode_queries``), then search them on
-        ``threads`` Lucene threads."""
-        keep = [i for i, q in enumerate(queries) if q and q.strip()]
+        ``threads`` Lucene threads; the result equals searching one by one."""
+        keep = [i for i, q in enumerate(queries) if check_query(q).strip()]
         vectors: list[dict[str, float]] = [{} for _ in queries]
         for i, v in zip(keep, self.term_lists([queries[i] for i in keep])):
             vectors[i] = v

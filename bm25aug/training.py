@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
-from tqdm import tqdm
+from bm25aug.progress import progress
 
 from bm25aug.data import Dataset, Split
 from bm25aug.errors import UserError
@@ -211,7 +211,7 @@ class Trainer:
             order = list(range(len(self.examples)))
             rng.shuffle(order)
             self.model.train()
-            bar = tqdm(range(self.steps_per_epoch), desc=f"epoch {epoch + 1}/{c.epochs}", unit="step")
+            bar = progress(range(self.steps_per_epoch), desc=f"epoch {epoch + 1}/{c.epochs}", unit="step")
             sums = {"loss": 0.0, "rank": 0.0, "reg": 0.0}
             for i in bar:
                 batch = [self.examples[j] for j in order[i * c.batch_size:(i + 1) * c.batch_size]]

@@ -16,20 +16,12 @@ def test_smallfloat_port_matches_lucene():
 
 def lucene_raw_scores(index_dir, terms: dict[str, float], k: int) -> tuple[list[str], np.ndarray]:
     """Scores straight from Lucene's IndexSearcher (Anserini rounds its hits to 4 decimals)."""
-    from bm25aug.search import term_query
+    from bm25aug.lucene import LuceneIndex
 
-    reader = jclass("org.apache.lucene.index.DirectoryReader").open(
-        jclass("org.apache.lucene.store.FSDirectory").open(jclass("java.nio.file.Paths").get(str(index_dir))))
-    from jnius import cast
-
-    searcher = jclass("org.apache.lucene.search.IndexSearcher")(cast("org.apache.lucene.index.IndexReader", reader))
-    searcher.setSimilarity(jclass("org.apache.lucene.search.similarities.BM25Similarity")(0.9, 0.4))
-    top = searcher.search(term_query(terms), k).scoreDocs
-    stored = reader.storedFields()
-    docids = [stored.document(sd.doc).get("id") for sd in top]
-    scores = np.asarray([sd.score for sd in top], dtype=np.float64)
-    reader.close()
-    return docids, scores
+    index = LuceneIndex(index_dir)
+    docs, scores = index._top(index.weighted_query(terms), k)
+    index.close()
+    return index.docids[docs].tolist(), scores.astype(np.float64)
 
 
 def _compare(index_dir, tokenizer, terms: dict[str, float], k: int = 200) -> float:

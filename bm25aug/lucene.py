@@ -1,0 +1,241 @@
+"""A thin layer over a Lucene index: open it, build queries in Java, get top-k back as arrays.
+
+Pyserini's searcher loads a stored document and wraps a Java object for every hit, which costs
+about 15x the search itself. Here the only per-query crossings into Java are building the query
+(one string, parsed in Java), the search, and one string with every hit (``Arrays.toString`` of the ScoreDocs, composed with
+the search into one ``MethodHandle`` so that no Java object per hit reaches Python). External ids come from a table read once per index.
+
+Results equal Pyserini's exactly. Anserini searches with ties broken by the external id, rounds
+each score to 4 decimals and then lowers the k-th of a run of equal rounded scores by k·1e-6 so
+that every evaluation tool keeps its order (``ScoreTiesAdjusterReranker``); ``anserini_order`` and
+``anserini_scores`` do the same in numpy, in float32 as Java does.
+
+Threads: pyjnius stores the target object on a method shared by all instances of a class, so two
+threads calling the same method on different objects can swap targets (pyjnius #287, #563). Every
+call here holds ``JNI_LOCK`` except the search, which goes through one ``MethodHandle`` per
+process: its target never changes, so Lucene runs
+without the lock (and without the GIL) and batch search scales with threads.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bm25aug.errors import UserError
+from bm25aug.io import atomic_write_text
+from bm25aug.java import JNI_LOCK, jclass
+
+FIELD = "contents"
+ID_FIELD = "id"
+DOCIDS_FILE = "docids.txt"
+TIE_MARGIN = 16  # extra hits fetched so a tie across the k-th place can be resolved by external id
+_SPECIAL = re.compile(r'([\\+\-!():^\[\]"{}~*?|&/\s])')
+_KEYWORDS = {"AND", "OR", "NOT"}
+
+
+class _Java:
+    """Process-wide Java objects, resolved once (see the module docstring for why singletons)."""
+
+    def __init__(self):
+        with JNI_LOCK:
+            cls = jclass("java.lang.Class")
+            self.ArrayList = jclass("java.util.ArrayList")
+            self.Integer = jclass("java.lang.Integer")
+            self.QueryParser = jclass("org.apache.lucene.queryparser.classic.QueryParser")
+            self.whitespace = jclass("org.apache.lucene.analysis.core.WhitespaceAnalyzer")()
+            self.bag_of_words = jclass("io.anserini.search.query.BagOfWordsQueryGenerator")()
+            self.english = jclass("io.anserini.index.IndexCollection").DEFAULT_ANALYZER
+            # search(query, n).scoreDocs rendered by Arrays.toString, composed into one handle so
+            # that a single string crosses into Python: "[doc=3 score=8.57 shardIndex=-1, ...]".
+            handles, method_type = jclass("java.lang.invoke.MethodHandles"), jclass("java.lang.invoke.MethodType")
+            lookup = handles.publicLookup()
+            top_docs, score_docs = cls.forName("org.apache.lucene.search.TopDocs"), cls.forName("[Lorg.apache.lucene.search.ScoreDoc;")
+            string = cls.forName("java.lang.String")
+            search = lookup.findVirtual(cls.forName("org.apache.lucene.search.IndexSearcher"), "search", method_type.methodType(
+                top_docs, [cls.forName("org.apache.lucene.search.Query"), self.Integer.TYPE]))
+            render = lookup.findStatic(cls.forName("java.util.Arrays"), "toString", method_type.methodType(
+                string, [cls.forName("[Ljava.lang.Object;")])).asType(method_type.methodType(string, [score_docs]))
+            self.search_to_string = handles.filterReturnValue(
+                handles.filterReturnValue(search, lookup.findGetter(top_docs, "scoreDocs", score_docs)), render)
+            self.BM25 = jclass("org.apache.lucene.search.similarities.BM25Similarity")
+
+
+_java: _Java | None = None
+
+
+def java() -> _Java:
+    global _java
+    if _java is None:
+        with JNI_LOCK:
+            _java = _java or _Java()
+    return _java
+
+
+def escape_term(term: str) -> str:
+    """A term as Lucene's classic QueryParser reads it back verbatim (no operators, no wildcards)."""
+    escaped = _SPECIAL.sub(r"\\\1", term)
+    return "\\" + escaped if escaped in _KEYWORDS else escaped
+
+
+def weighted_query_string(terms: dict[str, float]) -> str:
+    """``term^boost`` clauses; a boost is written as the shortest decimal of its float32 value,
+    which Java parses back to the same float that a ``BoostQuery`` built from Python would hold."""
+    return " ".join(f"{escape_term(t)}^{np.format_float_positional(np.float32(w), unique=True, trim='0')}"
+                    for t, w in terms.items() if w > 0)
+
+
+@dataclass(frozen=True)
+class TopK:
+    """Hits of one query: Lucene doc numbers and Anserini's float32 scores, best first."""
+
+    lucene_ids: np.ndarray
+    scores: np.ndarray
+
+
+EMPTY = TopK(np.zeros(0, np.int32), np.zeros(0, np.float32))
+
+
+def parse_score_docs(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """``Arrays.toString(ScoreDoc[])`` to (Lucene doc numbers, float32 scores). Java prints each
+    float as the shortest decimal that reads back to it, so the scores are exact."""
+    if text == "[]":
+        return np.zeros(0, np.int64), np.zeros(0, np.float32)
+    numbers = np.fromstring(re.sub(r" shardIndex=-?\d+,?", "", text[1:-1]).replace("doc=", "").replace("score=", ""),
+                            sep=" ")
+    return numbers[0::2].astype(np.int64), numbers[1::2].astype(np.float32)
+
+
+def anserini_order(lucene_ids: np.ndarray, scores: np.ndarray, id_rank: np.ndarray) -> np.ndarray:
+    """Positions sorted by score, descending, then by external id, ascending."""
+    return np.lexsort((id_rank[lucene_ids], -scores))
+
+
+def anserini_scores(raw: np.ndarray) -> np.ndarray:
+    """Round to 4 decimals (``Math.round`` in double), then lower the i-th score of a run of ties
+    by i·1e-6, all in float32 as ``ScoreTiesAdjusterReranker`` does."""
+    scores = (np.floor(raw.astype(np.float64) * 10000.0 + 0.5) / 10000.0).astype(np.float32)
+    if scores.size < 2:
+        return scores
+    tol, eps = np.float32(1e-4), np.float32(1e-6)
+    gaps = scores[:-1] - scores[1:]
+    # Only where two rounded scores are within 2e-4 can a run of ties continue; elsewhere the
+    # previous score minus at most (run length)·1e-6 is still more than 1e-4 above.
+    near = np.flatnonzero(gaps <= np.float32(2e-4) + eps * np.float32(scores.size)) + 1
+    dup, last = 0, -1
+    for i in near.tolist():
+        if i != last + 1:
+            dup = 0
+        last = i
+        if scores[i - 1] - scores[i] > tol:
+            dup = 0
+        else:
+            dup += 1
+            scores[i] = scores[i] - eps * np.float32(dup)
+    return scores
+
+
+class LuceneIndex:
+    """An open index with a BM25 ``IndexSearcher`` and its external-id table."""
+
+    def __init__(self, path: str | Path, k1: float = 0.9, b: float = 0.4):
+        self.path = Path(path)
+        if not (self.path.is_dir() and any(self.path.glob("segments_*"))):
+            raise UserError(f"{self.path} is not a Lucene index (no segments_* file); "
+                            f"fix: build it with `bm25aug index --dataset NAME`")
+        self.j = java()
+        with JNI_LOCK:
+            from jnius import cast
+
+            directory = jclass("org.apache.lucene.store.FSDirectory").open(jclass("java.nio.file.Paths").get(str(self.path)))
+            self.reader = jclass("org.apache.lucene.index.DirectoryReader").open(directory)
+            self.searcher = jclass("org.apache.lucene.search.IndexSearcher")(
+                cast("org.apache.lucene.index.IndexReader", self.reader))
+            self.searcher.setSimilarity(self.j.BM25(float(k1), float(b)))
+            self.num_docs = int(self.reader.maxDoc())
+        self.docids = read_docids(self.path, self.reader)
+        self.id_rank = np.empty(len(self.docids), np.int64)
+        self.id_rank[np.argsort(self.docids.astype(str), kind="stable")] = np.arange(len(self.docids))
+        self._warm = False
+
+    def close(self) -> None:
+        with JNI_LOCK:
+            self.reader.close()
+
+    # ---------------------------------------------------------------------------------- queries
+    def weighted_query(self, terms: dict[str, float], field: str = FIELD):
+        """``BooleanQuery`` of ``BoostQuery(TermQuery(field:term), weight)``; terms are not analyzed."""
+        text = weighted_query_string(terms)
+        with JNI_LOCK:
+            return self.j.QueryParser(field, self.j.whitespace).parse(text)
+
+    def analyzed_query(self, text: str, field: str = FIELD):
+        """Pyserini's default query for a flat index: the English analyzer's terms, boosted by count."""
+        with JNI_LOCK:
+            return self.j.bag_of_words.buildQuery(field, self.j.english, text)
+
+    # ----------------------------------------------------------------------------------- search
+    def _top(self, query, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Lucene's top n by score (ties: lower Lucene doc first), as arrays."""
+        with JNI_LOCK:
+            args = self.j.ArrayList()
+            args.add(self.searcher)
+            args.add(query)
+            args.add(self.j.Integer(n))
+            # The first call resolves the classes it returns; keep that under the lock too.
+            text = None if self._warm else self.j.search_to_string.invokeWithArguments(args)
+            self._warm = True
+        if text is None:
+            text = self.j.search_to_string.invokeWithArguments(args)
+        return parse_score_docs(text)
+
+    def search(self, query, k: int) -> TopK:
+        """Top k exactly as Anserini returns them: ties at the k-th place go to the smaller
+        external id, so enough hits are fetched to see the whole tie."""
+        if k <= 0:
+            return EMPTY
+        n = k + TIE_MARGIN
+        while True:
+            docs, raw = self._top(query, n)
+            if len(docs) < n or raw[k - 1] > raw[-1]:
+                break
+            n *= 4
+        order = anserini_order(docs, raw, self.id_rank)[:k]
+        return TopK(docs[order], anserini_scores(raw[order]))
+
+
+def read_docids(index_dir: Path, reader) -> np.ndarray:
+    """External id of every Lucene doc: ``docids.txt`` when bm25aug wrote one for this index,
+    else read from the stored ``id`` field (a stock index is never written to)."""
+    table = index_dir / DOCIDS_FILE
+    with JNI_LOCK:
+        n = int(reader.maxDoc())
+    if table.exists():
+        ids = table.read_text(encoding="utf-8").split("\n")[:-1]
+        if len(ids) == n:
+            return np.asarray(ids, dtype=object)
+    with JNI_LOCK:
+        stored = reader.storedFields()
+        ids = [stored.document(i).get(ID_FIELD) for i in range(n)]
+    if any(i is None for i in ids):
+        raise UserError(f"{index_dir} has documents without a stored '{ID_FIELD}' field; "
+                        f"fix: index with Anserini/Pyserini's default document generator")
+    return np.asarray(ids, dtype=object)
+
+
+def write_docids(index_dir: Path) -> None:
+    """Save the id table into a freshly built index (it is read on every open)."""
+    with JNI_LOCK:
+        directory = jclass("org.apache.lucene.store.FSDirectory").open(jclass("java.nio.file.Paths").get(str(index_dir)))
+        reader = jclass("org.apache.lucene.index.DirectoryReader").open(directory)
+    try:
+        ids = read_docids(index_dir, reader)
+    finally:
+        with JNI_LOCK:
+            reader.close()
+    if any("\n" in d for d in ids):
+        return  # not representable one per line; read from the index on open instead
+    atomic_write_text(index_dir / DOCIDS_FILE, "".join(f"{d}\n" for d in ids))
