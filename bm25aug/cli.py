@@ -16,7 +16,8 @@ from bm25aug.errors import UserError
 
 log = logging.getLogger("bm25aug")
 METHODS = ("augmented", "bm25-wp", "bm25-flat")
-CHECKPOINT_ROOT = Path("checkpoints")
+# Relative to the working directory unless set, like Pyserini's indexes/ and runs/.
+CHECKPOINT_ROOT = Path(os.environ.get("BM25AUG_CHECKPOINT_ROOT", "checkpoints"))
 
 
 def _setup_logging() -> None:
@@ -28,18 +29,19 @@ def _setup_logging() -> None:
 
 def _data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", help="folder holding <dataset>/ (default: $BM25AUG_DATA_DIR, ~/.cache/bm25aug/datasets)")
-    p.add_argument("--index-root", default=None, help="where indexes live (default: indexes/)")
+    p.add_argument("--index-root", default=None,
+                   help="where indexes live (default: $BM25AUG_INDEX_ROOT, else indexes/ in the working directory)")
     p.add_argument("--threads", type=int, default=max(1, os.cpu_count() or 1))
 
 
 # ---------------------------------------------------------------------------------------- index
 def cmd_index(args) -> None:
     from bm25aug.data import load_dataset
-    from bm25aug.index import build_index, index_path
+    from bm25aug.index import ensure_index
 
     dataset = load_dataset(args.dataset, args.data_dir)
     for flavor in args.flavor:
-        path = build_index(dataset, flavor, index_path(dataset.name, flavor, args.index_root), threads=args.threads)
+        path = ensure_index(dataset, flavor, args.index_root, threads=args.threads, force=args.force)
         print(f"{flavor}: {path}")
 
 
@@ -88,7 +90,9 @@ def resolve_checkpoint(path: str | None, dataset_name: str, transfer: bool) -> P
 
 
 def timed_run(search, queries: dict[str, str], warmup: int = 10) -> tuple[dict, np.ndarray]:
-    """Search query by query on one thread, timing each (model inference included)."""
+    """Search query by query on one thread, timing each (model inference included). ``search``
+    is a searcher's array path (``search_arrays``): what Lucene and the model cost, not the
+    building of Python hit objects."""
     from bm25aug.progress import progress
 
     for q in list(queries.values())[:warmup]:
@@ -117,7 +121,8 @@ def evaluate_method(method: str, dataset, split, k: int, index_root, threads: in
                  "query_terms_mean": float(np.mean([len(v) for v in terms])) if terms else 0.0}
     else:
         searcher = BM25Searcher(index, k1, b)
-    run, lat = timed_run(lambda q: searcher.search(q, k), split.queries)
+    tops, lat = timed_run(lambda q: searcher.search_arrays(q, k), split.queries)
+    run = {qid: searcher.hits(top) for qid, top in tops.items()}
     metrics = evaluate_split(run, split, dataset.corpus)
     metrics.update(latency_ms_p50=float(np.percentile(lat, 50)), latency_ms_p95=float(np.percentile(lat, 95)), **extra)
     return metrics, run
@@ -138,13 +143,16 @@ def cmd_eval(args) -> None:
     import torch
 
     from bm25aug.data import load_dataset
-    from bm25aug.io import write_json
+    from bm25aug.io import check_output_path, write_json
     from bm25aug.search import read_trec_run, write_trec_run
 
     torch.set_num_threads(1)  # latency is per query, single thread, model included
     name = args.transfer or args.dataset
     if not name:
         raise UserError("no dataset; fix: pass --dataset NAME (or --transfer NAME)")
+    for option, path in (("--output", args.output), ("--json-out", args.json_out)):
+        if path:
+            check_output_path(path, option)
     dataset = load_dataset(name, args.data_dir)
     split = dataset.split(args.split or dataset.spec.eval_split)
     if args.run:
@@ -165,8 +173,16 @@ def cmd_eval(args) -> None:
         results[m], runs[m] = evaluate_method(m, dataset, split, k, args.index_root, args.threads, checkpoint,
                                               args.k1, args.b)
     print(format_table(results))
-    if args.output:
-        write_trec_run(runs[method], args.output, tag=method)
+    try:
+        if args.output:
+            write_trec_run(runs[method], args.output, tag=method)
+    finally:  # the metrics are written even when the run file cannot be
+        _write_metrics(args, results, method, dataset, checkpoint)
+
+
+def _write_metrics(args, results: dict[str, dict], method: str, dataset, checkpoint: Path | None) -> None:
+    from bm25aug.io import write_json
+
     if args.json_out:
         out = dict(results[method], method=method, dataset=dataset.name, checkpoint=str(checkpoint) if checkpoint else None)
         if method == "augmented":
@@ -182,8 +198,10 @@ def cmd_eval(args) -> None:
 def cmd_export(args) -> None:
     from bm25aug.data import load_dataset
     from bm25aug.export import export_term_lists
+    from bm25aug.io import check_output_path
     from bm25aug.model import QueryAugmenter
 
+    check_output_path(args.output, "--output")
     dataset = load_dataset(args.dataset, args.data_dir)
     split = dataset.split(args.split or dataset.spec.eval_split)
     model = QueryAugmenter.from_pretrained(resolve_checkpoint(args.checkpoint, dataset.name, False))
@@ -200,6 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("index", help="build Lucene indexes of a dataset")
     p.add_argument("--dataset", required=True)
     p.add_argument("--flavor", nargs="+", default=["flat", "wp"], choices=["flat", "wp"])
+    p.add_argument("--force", action="store_true",
+                   help="rebuild even if up to date, replacing whatever folder is at the index path")
     _data_args(p)
     p.set_defaults(func=cmd_index)
 
@@ -254,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
         args.func(args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # e.g. a disk that fills up while writing
+        print(f"error: {e.strerror or e} ({e.filename or 'no file name'}); fix: check that path: free space, "
+              f"permissions", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted; rerun with the same command (train: add --resume) to continue", file=sys.stderr)

@@ -22,13 +22,15 @@ import os
 import random
 import shutil
 import sys
-import tempfile
+import tokenize
 import urllib.request
 from dataclasses import dataclass, field
 from functools import cached_property
+from io import StringIO
 from pathlib import Path
 
 from bm25aug.errors import UserError
+from bm25aug.io import clean_stale, read_lines, temp_sibling
 
 log = logging.getLogger(__name__)
 csv.field_size_limit(sys.maxsize)
@@ -130,6 +132,15 @@ class Dataset:
         """QA sets are judged by answer strings (Acc@k), the others by qrels."""
         return self.layout == "dpr"
 
+    @property
+    def corpus_file(self) -> Path:
+        """The file the corpus is read from (its bytes fingerprint the indexes built from it)."""
+        if self.layout == "beir":
+            return self.path / "corpus.jsonl"
+        if self.layout == "msmarco":
+            return self.path / "collection.tsv"
+        return _first(self.path, ["passages.tsv", "psgs_w100.tsv"])
+
     @cached_property
     def corpus(self) -> dict[str, Document]:
         loader = {"beir": _load_beir_corpus, "dpr": _load_dpr_passages, "msmarco": _load_msmarco_collection}
@@ -189,66 +200,114 @@ class Dataset:
 # ----------------------------------------------------------------------------------------- loaders
 def _read_jsonl(path: Path) -> list[dict]:
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UserError(f"{path}:{lineno}: malformed JSON ({e.msg}); fix: repair or remove that line") from None
-            if not isinstance(row, dict) or "_id" not in row:
-                raise UserError(f"{path}:{lineno}: expected a JSON object with an \"_id\" field; fix: repair that line")
-            rows.append(row)
+    for lineno, line in read_lines(path):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise UserError(f"{path}:{lineno}: malformed JSON ({e.msg}); fix: repair or remove that line") from None
+        if not isinstance(row, dict) or "_id" not in row:
+            raise UserError(f"{path}:{lineno}: expected a JSON object with an \"_id\" field; fix: repair that line")
+        rows.append(row)
     return rows
 
 
+def _unique(pairs, where: Path, what: str) -> dict:
+    """A dict from (id, value) pairs; repeated ids keep their first value, with a warning and a count."""
+    out, repeated = {}, 0
+    for key, value in pairs:
+        if key in out:
+            repeated += 1
+        else:
+            out[key] = value
+    if repeated:
+        log.warning("%s: %d repeated %s ids; the first copy of each is kept", where, repeated, what)
+    return out
+
+
 def _load_beir_corpus(path: Path) -> dict[str, Document]:
-    return {str(r["_id"]): Document(r.get("title") or "", r.get("text") or "") for r in _read_jsonl(path / "corpus.jsonl")}
+    file = path / "corpus.jsonl"
+    return _unique(((str(r["_id"]), Document(r.get("title") or "", r.get("text") or "")) for r in _read_jsonl(file)),
+                   file, "document")
 
 
 def _read_qrels_tsv(path: Path, trec: bool = False) -> dict[str, dict[str, int]]:
     qrels: dict[str, dict[str, int]] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            parts = line.split()
-            if not parts or (lineno == 1 and not trec and parts[0] == "query-id"):
-                continue
-            if trec and len(parts) == 4:
-                parts = [parts[0], parts[2], parts[3]]
-            if len(parts) != 3:
-                raise UserError(f"{path}:{lineno}: expected 'query-id corpus-id score'; fix: repair that line")
+    for lineno, line in read_lines(path):
+        parts = line.split()
+        if not parts or (lineno == 1 and not trec and parts[0] == "query-id"):
+            continue
+        if trec and len(parts) == 4:
+            parts = [parts[0], parts[2], parts[3]]
+        if len(parts) != 3:
+            raise UserError(f"{path}:{lineno}: expected 'query-id corpus-id score'; fix: repair that line")
+        try:
             qrels.setdefault(parts[0], {})[parts[1]] = int(parts[2])
+        except ValueError:
+            raise UserError(f"{path}:{lineno}: relevance grade {parts[2]!r} is not an integer; "
+                            f"fix: use integer grades (0, 1, 2, ...)") from None
+    if not qrels:
+        raise UserError(f"{path} holds no judgments; fix: add 'query-id corpus-id score' lines, or pick another split")
     return qrels
+
+
+def _judged_queries(qrels: dict[str, dict[str, int]], queries: dict[str, str], where: Path) -> Split:
+    """Keep the judged queries that have a text; judgments of unknown queries are dropped with a
+    warning (scored as 0 they would silently lower every metric)."""
+    missing = [q for q in qrels if q not in queries]
+    if missing:
+        log.warning("%s: %d judged queries are not in the queries file (e.g. %s); they are not evaluated",
+                    where, len(missing), missing[0])
+    return Split({q: queries[q] for q in qrels if q in queries}, {q: r for q, r in qrels.items() if q in queries})
 
 
 def _load_beir_split(path: Path, split: str) -> Split:
     qrels = _read_qrels_tsv(path / "qrels" / f"{split}.tsv")
-    queries = {str(r["_id"]): r.get("text") or "" for r in _read_jsonl(path / "queries.jsonl")}
-    return Split({q: queries[q] for q in qrels if q in queries}, qrels)
+    file = path / "queries.jsonl"
+    queries = _unique(((str(r["_id"]), r.get("text") or "") for r in _read_jsonl(file)), file, "query")
+    return _judged_queries(qrels, queries, path / "qrels" / f"{split}.tsv")
 
 
 def _load_dpr_passages(path: Path) -> dict[str, Document]:
     file = _first(path, ["passages.tsv", "psgs_w100.tsv"])
-    corpus = {}
-    with open(file, encoding="utf-8", newline="") as f:
-        reader = csv.reader(f, delimiter="\t")
-        header = next(reader, None)
-        if header is None or [h.strip() for h in header[:3]] != ["id", "text", "title"]:
-            raise UserError(f"{file}: expected a header 'id<TAB>text<TAB>title'; fix: use DPR's passage format")
-        for lineno, row in enumerate(reader, 2):
+    reader = csv.reader((line for _, line in read_lines(file)), delimiter="\t")
+    header = next(reader, None)
+    if header is None or [h.strip() for h in header[:3]] != ["id", "text", "title"]:
+        raise UserError(f"{file}: expected a header 'id<TAB>text<TAB>title'; fix: use DPR's passage format")
+
+    def rows():
+        for row in reader:
             if len(row) < 3:
-                raise UserError(f"{file}:{lineno}: expected 3 tab-separated fields; fix: repair that line")
-            corpus[row[0]] = Document(row[2], row[1])
-    return corpus
+                raise UserError(f"{file}:{reader.line_num}: expected 3 tab-separated fields; fix: repair that line")
+            yield row[0], Document(row[2], row[1])
+
+    return _unique(rows(), file, "passage")
 
 
 def _parse_answers(raw: str, where: str) -> list[str]:
+    """A non-empty list of answer strings, as DPR writes it: ``['Denver Broncos', "Broncos"]``.
+    Anything else (a set, a bare number, ``[]``, or ``['Denver' 'Broncos']``, which Python would
+    silently glue into one string) is an error."""
+    error = UserError(f"{where}: answers must be a non-empty list of quoted strings separated by commas, "
+                      f"e.g. ['Denver Broncos']; fix: repair that line")
     try:
-        answers = ast.literal_eval(raw)
-    except (ValueError, SyntaxError):
-        raise UserError(f"{where}: answers must be a Python/JSON list of strings; fix: repair that line") from None
-    return [str(a) for a in answers] if isinstance(answers, (list, tuple)) else [str(answers)]
+        tree = ast.parse(raw.strip(), mode="eval").body
+        tokens = [t for t in tokenize.generate_tokens(StringIO(raw.strip()).readline)
+                  if t.type not in (tokenize.NEWLINE, tokenize.NL, tokenize.ENDMARKER)]
+    except (SyntaxError, tokenize.TokenError, ValueError):
+        raise error from None
+    if not isinstance(tree, ast.List) or not tree.elts:
+        raise error
+    if not all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in tree.elts):
+        raise error
+    # Between "[" and "]" the tokens must alternate string, comma, string, ... (a trailing comma is fine).
+    inner = tokens[1:-1]
+    if inner and inner[-1].string == ",":
+        inner = inner[:-1]
+    if any((t.type == tokenize.STRING) != (i % 2 == 0) for i, t in enumerate(inner)):
+        raise error
+    return [e.value for e in tree.elts]
 
 
 def _load_dpr_split(path: Path, split: str) -> Split:
@@ -261,6 +320,8 @@ def _load_dpr_split(path: Path, split: str) -> Split:
                 rows = json.load(f)
             except json.JSONDecodeError as e:
                 raise UserError(f"{json_file}: malformed JSON at line {e.lineno}; fix: re-download the file") from None
+            except UnicodeDecodeError:
+                raise UserError(f"{json_file}: not valid UTF-8; fix: re-download the file") from None
         for i, row in enumerate(rows):
             qid = f"{split}-{i}"
             result.queries[qid] = row["question"]
@@ -269,34 +330,29 @@ def _load_dpr_split(path: Path, split: str) -> Split:
             result.qrels[qid] = {str(p): 1 for p in pos if p is not None}
         return result
     qa_file = _first(path, [f"{split}.qa.tsv", f"{split}.qa.csv", f"*-{split}.qa.csv", f"*-{split}.csv"])
-    with open(qa_file, encoding="utf-8", newline="") as f:
-        for i, row in enumerate(csv.reader(f, delimiter="\t")):
-            if len(row) != 2:
-                raise UserError(f"{qa_file}:{i + 1}: expected 'question<TAB>[answers]'; fix: repair that line")
-            qid = f"{split}-{i}"
-            result.queries[qid] = row[0]
-            result.answers[qid] = _parse_answers(row[1], f"{qa_file}:{i + 1}")
+    reader = csv.reader((line for _, line in read_lines(qa_file)), delimiter="\t")
+    for i, row in enumerate(reader):
+        if len(row) != 2:
+            raise UserError(f"{qa_file}:{reader.line_num}: expected 'question<TAB>[answers]'; fix: repair that line")
+        qid = f"{split}-{i}"
+        result.queries[qid] = row[0]
+        result.answers[qid] = _parse_answers(row[1], f"{qa_file}:{reader.line_num}")
+    if not result.queries:
+        raise UserError(f"{qa_file} holds no questions; fix: add 'question<TAB>[answers]' lines, or pick another split")
     return result
 
 
 def _load_msmarco_collection(path: Path) -> dict[str, Document]:
-    corpus = {}
-    with open(path / "collection.tsv", encoding="utf-8") as f:
-        for line in f:
-            pid, _, text = line.rstrip("\n").partition("\t")
-            corpus[pid] = Document("", text)
-    return corpus
+    file = path / "collection.tsv"
+    return _unique(((pid, Document("", text)) for _, line in read_lines(file)
+                    for pid, _, text in [line.rstrip("\n").partition("\t")]), file, "passage")
 
 
 def _load_msmarco_split(path: Path, split: str) -> Split:
     qrels = _read_qrels_tsv(path / f"qrels.{split}.tsv", trec=True)
-    queries = {}
-    with open(path / f"queries.{split}.tsv", encoding="utf-8") as f:
-        for line in f:
-            qid, _, text = line.rstrip("\n").partition("\t")
-            if qid in qrels:
-                queries[qid] = text
-    return Split(queries, qrels)
+    file = path / f"queries.{split}.tsv"
+    queries = _unique((line.rstrip("\n").partition("\t")[::2] for _, line in read_lines(file)), file, "query")
+    return _judged_queries(qrels, queries, path / f"qrels.{split}.tsv")
 
 
 # -------------------------------------------------------------------------------------- resolution
@@ -345,7 +401,9 @@ def _download(spec: DatasetSpec, target: Path) -> None:
     from bm25aug.progress import progress
 
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+    clean_stale(target)
+    tmp = temp_sibling(target, "tmp")
+    tmp.mkdir()
     try:
         for fname, url in spec.urls.items():
             dest = tmp / fname

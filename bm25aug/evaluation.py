@@ -7,6 +7,7 @@ MRR@10 is the reciprocal rank of the first relevant document within the top 10.
 
 from __future__ import annotations
 
+import logging
 import unicodedata
 from functools import lru_cache
 
@@ -17,6 +18,7 @@ import regex
 from bm25aug.data import Document
 from bm25aug.search import Hit
 
+log = logging.getLogger(__name__)
 QA_KS = (1, 5, 20, 100)
 
 
@@ -91,6 +93,10 @@ def evaluate_answers(run: dict[str, list[Hit]], answers: dict[str, list[str]], c
 
 def evaluate_split(run: dict[str, list[Hit]], split, corpus: dict[str, Document]) -> dict[str, float]:
     """Answer-match Acc@k for QA splits (they have answers), qrels metrics otherwise."""
+    unknown = [q for q in run if q not in split.queries]
+    if unknown:
+        log.warning("%d of the run's %d queries are not in this split (e.g. %r); they are not scored",
+                    len(unknown), len(run), unknown[0])
     if split.answers:
         return evaluate_answers(run, split.answers, corpus)
     return evaluate_qrels(run, split.qrels)

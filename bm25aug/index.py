@@ -19,8 +19,8 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import time
+from io import BytesIO
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -29,7 +29,10 @@ import scipy.sparse as sp
 from bm25aug.progress import progress
 
 from bm25aug.data import Dataset
+from filelock import FileLock
+
 from bm25aug.errors import UserError
+from bm25aug.io import atomic_dir, atomic_write_bytes, temp_sibling
 from bm25aug.java import JNI_LOCK, jclass
 from bm25aug.lucene import FIELD, write_docids
 from bm25aug.tokenization import load_tokenizer, tokenize_batch, tokenizer_name, vocab_hash
@@ -38,6 +41,7 @@ log = logging.getLogger(__name__)
 FLAVORS = ("flat", "wp")
 INDEX_ROOT = Path(os.environ.get("BM25AUG_INDEX_ROOT", "indexes"))
 _TERM_MATRIX = "term_matrix.npz"
+META_FILE = "meta.json"
 
 
 @dataclass
@@ -54,7 +58,7 @@ class IndexMeta:
 
     @classmethod
     def load(cls, index_dir: str | Path) -> "IndexMeta":
-        path = Path(index_dir) / "meta.json"
+        path = Path(index_dir) / META_FILE
         if not path.exists():
             raise UserError(f"{index_dir} is not a bm25aug index (no meta.json); "
                             f"fix: build it with `bm25aug index --dataset NAME --flavor wp|flat`")
@@ -65,58 +69,78 @@ def index_path(dataset_name: str, flavor: str, root: str | Path | None = None) -
     return Path(root or INDEX_ROOT) / f"{dataset_name}.{flavor}"
 
 
-def _corpus_fingerprint(dataset: Dataset) -> str:
-    """Cheap identity of a corpus (ids and sizes), so a stale index is rebuilt."""
-    h = hashlib.sha256()
-    for docid, doc in dataset.corpus.items():
-        h.update(f"{docid}\t{len(doc.title)}\t{len(doc.text)}\n".encode())
-    return h.hexdigest()[:16]
+def corpus_fingerprint(dataset: Dataset) -> str:
+    """Hash of the corpus file's bytes: any edit, even one that keeps every length, rebuilds."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(dataset.corpus_file, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _is_current(path: Path, fingerprint: str) -> bool:
+    return (path / META_FILE).exists() and IndexMeta.load(path).corpus_fingerprint == fingerprint
 
 
 def ensure_index(dataset: Dataset, flavor: str, root: str | Path | None = None, threads: int | None = None,
-                 tokenizer=None) -> Path:
-    """The index of ``dataset`` in ``flavor``, built first when missing or built from another corpus."""
+                 tokenizer=None, force: bool = False) -> Path:
+    """The index of ``dataset`` in ``flavor``: reused when built from this very corpus, else built.
+
+    A folder at that path that bm25aug did not write (no ``meta.json``) is never touched: that is
+    an error unless ``force``. Two processes asking for the same index take turns on a file lock;
+    the second one reuses what the first built."""
     path = index_path(dataset.name, flavor, root)
-    if (path / "meta.json").exists():
-        if IndexMeta.load(path).corpus_fingerprint == _corpus_fingerprint(dataset):
-            return path
-        log.warning("%s was built from another corpus; rebuilding", path)
-    return build_index(dataset, flavor, path, threads=threads, tokenizer=tokenizer)
+    fingerprint = corpus_fingerprint(dataset)
+    if not force and _is_current(path, fingerprint):
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path.parent / f".{path.name}.lock")):
+        if not force and _is_current(path, fingerprint):
+            return path  # built by another process while we waited
+        if path.exists() and not force and not (path / META_FILE).exists():
+            raise UserError(f"{path} exists but was not built by bm25aug (no {META_FILE}); it is left untouched; "
+                            f"fix: pass --index-root DIR to use another folder, or rebuild it with "
+                            f"`bm25aug index --dataset {dataset.name} --flavor {flavor} --force`")
+        if (path / META_FILE).exists() and not force:
+            log.warning("%s was built from another version of the corpus; rebuilding", path)
+        return build_index(dataset, flavor, path, threads=threads, tokenizer=tokenizer, fingerprint=fingerprint,
+                           force=force)
 
 
 def build_index(dataset: Dataset, flavor: str, path: str | Path, threads: int | None = None,
-                tokenizer=None) -> Path:
-    """Write the corpus as JSONL shards, index them with Anserini, then rename into place."""
+                tokenizer=None, fingerprint: str | None = None, force: bool = False) -> Path:
+    """Write the corpus as JSONL shards, index them with Anserini, then rename into place.
+    An existing folder is replaced only if bm25aug built it, or with ``force``."""
     if flavor not in FLAVORS:
         raise UserError(f"unknown index flavor {flavor!r}; fix: use one of {', '.join(FLAVORS)}")
     path = Path(path)
     threads = threads or max(1, os.cpu_count() or 1)
-    path.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     meta = IndexMeta(flavor, dataset.name, len(dataset.corpus), threads=threads,
-                     corpus_fingerprint=_corpus_fingerprint(dataset))
+                     corpus_fingerprint=fingerprint or corpus_fingerprint(dataset))
     if flavor == "wp":
         tokenizer = tokenizer or load_tokenizer()
         meta.tokenizer, meta.vocab_hash = tokenizer_name(tokenizer), vocab_hash(tokenizer)
-    work = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.building."))
+    fix = (f"pass --index-root DIR to build elsewhere, or add --force to replace it "
+           f"(`bm25aug index --dataset {dataset.name} --flavor {flavor} --force`)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shards = temp_sibling(path, "building")
     try:
-        shards = _write_shards(dataset, work / "jsonl", threads, tokenizer if flavor == "wp" else None)
-        args = ["-collection", "JsonCollection", "-generator", "DefaultLuceneDocumentGenerator",
-                "-input", str(shards), "-index", str(work / "index"), "-threads", str(threads),
-                "-storeRaw", "-optimize", "-quiet"]
-        if flavor == "wp":
-            args.append("-pretokenized")
-        with progress(total=1, desc=f"lucene index {path.name}", unit="index") as bar, JNI_LOCK:
-            jclass("io.anserini.index.IndexCollection").main(args)
-            bar.update(1)
-        write_docids(work / "index")
-        meta.build_seconds = round(time.perf_counter() - start, 3)
-        (work / "index" / "meta.json").write_text(json.dumps(asdict(meta), indent=2))
-        if path.exists():
-            shutil.rmtree(path)
-        (work / "index").rename(path)
+        with atomic_dir(path, None if force else META_FILE, what="an index built by bm25aug", fix=fix) as work:
+            _write_shards(dataset, shards, threads, tokenizer if flavor == "wp" else None)
+            args = ["-collection", "JsonCollection", "-generator", "DefaultLuceneDocumentGenerator",
+                    "-input", str(shards), "-index", str(work), "-threads", str(threads),
+                    "-storeRaw", "-optimize", "-quiet"]
+            if flavor == "wp":
+                args.append("-pretokenized")
+            with progress(total=1, desc=f"lucene index {path.name}", unit="index") as bar, JNI_LOCK:
+                jclass("io.anserini.index.IndexCollection").main(args)
+                bar.update(1)
+            write_docids(work)
+            meta.build_seconds = round(time.perf_counter() - start, 3)
+            (work / META_FILE).write_text(json.dumps(asdict(meta), indent=2))
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(shards, ignore_errors=True)
     return path
 
 
@@ -200,8 +224,8 @@ def read_term_matrix(index_dir: str | Path) -> TermMatrix:
     terms = list(columns)
     tf = sp.csr_matrix((np.asarray(vals, np.float32), (np.asarray(rows), np.asarray(cols))), shape=(n, len(terms)))
     matrix = TermMatrix(tf, docids, terms, np.asarray([dfs[t] for t in terms], np.int64))
-    tmp = cache.with_suffix(".tmp.npz")
-    np.savez(tmp, data=tf.data, indices=tf.indices, indptr=tf.indptr, shape=np.asarray(tf.shape),
+    buffer = BytesIO()
+    np.savez(buffer, data=tf.data, indices=tf.indices, indptr=tf.indptr, shape=np.asarray(tf.shape),
              docids=np.asarray(docids), terms=np.asarray(terms), doc_freq=matrix.doc_freq)
-    tmp.rename(cache)
+    atomic_write_bytes(cache, buffer.getvalue())
     return matrix

@@ -29,12 +29,13 @@ import torch
 from torch import nn
 
 from bm25aug.errors import UserError
-from bm25aug.tokenization import offline_model_path, vocab_hash
+from bm25aug.tokenization import hub_then_local, vocab_hash
 
 log = logging.getLogger(__name__)
 PAPER_ENCODER = "distilbert-base-uncased"
 CONFIG_NAME = "bm25aug_config.json"
 WEIGHTS_NAME = "model.safetensors"
+TOKENIZER_NAME = "tokenizer.json"
 
 
 @dataclass
@@ -63,11 +64,11 @@ def resolve_encoder(name: str | None):
     """The paper's DistilBERT where it loads, else the packaged offline MiniLM; logs which."""
     from transformers import AutoModel, AutoTokenizer
 
-    candidates = [name] if name else [PAPER_ENCODER, offline_model_path()]
+    candidates = [(name, {})] if name else hub_then_local(PAPER_ENCODER, prefer_hub=True)
     failures = []
-    for cand in filter(None, candidates):
+    for cand, kwargs in candidates:
         try:
-            model, tok = AutoModel.from_pretrained(cand), AutoTokenizer.from_pretrained(cand, use_fast=True)
+            model, tok = AutoModel.from_pretrained(cand, **kwargs), AutoTokenizer.from_pretrained(cand, use_fast=True, **kwargs)
             log.info("encoder: %s", cand)
             return cand, model, tok
         except Exception as e:  # noqa: BLE001  (offline / missing files raise many types)
@@ -149,9 +150,16 @@ class QueryAugmenter(nn.Module):
         """Weighted term lists ``{token: boost}`` (zeros dropped), one per query."""
         if not queries:
             return []
-        out = self(**{k: v for k, v in self.tokenize(queries).items() if k in ("input_ids", "attention_mask")})
+        enc = self.tokenize(queries)
+        out = self(enc["input_ids"], enc["attention_mask"])
+        # A query with no real token (only [UNK], e.g. emoji or an unknown script) has nothing to
+        # search for: BM25 finds nothing, and so must a(q), which would otherwise invent terms.
+        has_terms = (enc["attention_mask"].bool() & ~self.special[enc["input_ids"]]).any(dim=1)
         result = []
-        for row in out.boosts:
+        for row, keep in zip(out.boosts, has_terms.tolist()):
+            if not keep:
+                result.append({})
+                continue
             ids = torch.nonzero(row > 0).squeeze(-1)
             tokens = self.tokenizer.convert_ids_to_tokens(ids.tolist())
             result.append(dict(zip(tokens, row[ids].tolist())))
@@ -169,7 +177,8 @@ class QueryAugmenter(nn.Module):
         """Config, weights and tokenizer in one directory, written under a temp name then renamed."""
         from bm25aug.io import atomic_dir
 
-        with atomic_dir(path) as tmp:
+        with atomic_dir(path, CONFIG_NAME, what="a bm25aug checkpoint",
+                        fix="pass a new or empty directory, or one written by save_pretrained") as tmp:
             self.write_files(tmp)
 
     def write_files(self, folder: Path) -> None:
@@ -191,6 +200,9 @@ class QueryAugmenter(nn.Module):
         if not (path / CONFIG_NAME).exists() or not (path / WEIGHTS_NAME).exists():
             raise UserError(f"{path} is not a bm25aug checkpoint (needs {CONFIG_NAME} and {WEIGHTS_NAME}); "
                             f"fix: pass the directory written by `python train.py` (e.g. checkpoints/<dataset>/best)")
+        if not (path / TOKENIZER_NAME).exists():
+            raise UserError(f"checkpoint {path} has no {TOKENIZER_NAME}; fix: copy it back from the run's other "
+                            f"checkpoint (best/ or last/), or save the model again with save_pretrained")
         try:
             config = AugmenterConfig(**json.loads((path / CONFIG_NAME).read_text()))
             encoder = AutoModel.from_config(AutoConfig.from_pretrained(path / "encoder"))

@@ -8,6 +8,8 @@ of query tokens means. Lucene itself is reached through ``bm25aug.lucene``.
 
 from __future__ import annotations
 
+import logging
+import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,10 +18,12 @@ from typing import NamedTuple
 from bm25aug.progress import progress
 
 from bm25aug.errors import UserError
-from bm25aug.io import atomic_write_text
+from bm25aug.io import atomic_write_text, read_lines
 from bm25aug.index import IndexMeta, check_vocab
 from bm25aug.lucene import EMPTY, LuceneIndex, TopK
 from bm25aug.tokenization import load_tokenizer, query_term_counts
+
+log = logging.getLogger(__name__)
 
 
 class Hit(NamedTuple):
@@ -111,18 +115,30 @@ def write_trec_run(run: dict[str, list[Hit]], path: str | Path, tag: str = "bm25
 
 
 def read_trec_run(path: str | Path) -> dict[str, list[Hit]]:
+    """A TREC run file, hits sorted by score. NaN or infinite scores are an error; a document
+    listed twice for a query is kept once (its first line), with a warning and a count."""
     run: dict[str, list[Hit]] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            parts = line.split()
-            if not parts:
-                continue
-            if len(parts) != 6:
-                raise UserError(f"{path}:{lineno}: expected 'qid Q0 docid rank score tag'; fix: repair that line")
-            try:
-                run.setdefault(parts[0], []).append(Hit(parts[2], float(parts[4])))
-            except ValueError:
-                raise UserError(f"{path}:{lineno}: score {parts[4]!r} is not a number; fix: repair that line") from None
+    seen: set[tuple[str, str]] = set()
+    repeated = 0
+    for lineno, line in read_lines(path):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 6:
+            raise UserError(f"{path}:{lineno}: expected 'qid Q0 docid rank score tag'; fix: repair that line")
+        try:
+            score = float(parts[4])
+        except ValueError:
+            raise UserError(f"{path}:{lineno}: score {parts[4]!r} is not a number; fix: repair that line") from None
+        if not math.isfinite(score):
+            raise UserError(f"{path}:{lineno}: score {parts[4]!r} is not a finite number; fix: repair that line")
+        if (parts[0], parts[2]) in seen:
+            repeated += 1
+            continue
+        seen.add((parts[0], parts[2]))
+        run.setdefault(parts[0], []).append(Hit(parts[2], score))
+    if repeated:
+        log.warning("%s: %d lines repeat a document already listed for that query; the first is kept", path, repeated)
     for hits in run.values():
         hits.sort(key=lambda h: -h.score)
     return run
@@ -194,8 +210,11 @@ class AugmentedSearcher:
             return EMPTY
         return self.searcher.search_terms_arrays(self.term_lists([query])[0], k)
 
+    def hits(self, top: TopK) -> list[Hit]:
+        return self.searcher.hits(top)
+
     def search(self, query: str, k: int = 1000) -> list[Hit]:
-        return self.searcher.hits(self.search_arrays(query, k))
+        return self.hits(self.search_arrays(query, k))
 
     def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, threads: int = 1) -> dict[str, list[Hit]]:
         """Encode every query (one at a time, see ``encode_queries``), then search them on

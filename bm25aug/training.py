@@ -28,7 +28,7 @@ from bm25aug.errors import UserError
 from bm25aug.evaluation import evaluate_split, has_answer
 from bm25aug.export import encode_queries
 from bm25aug.io import atomic_dir, atomic_write_bytes, write_json, write_jsonl
-from bm25aug.model import QueryAugmenter
+from bm25aug.model import CONFIG_NAME, QueryAugmenter
 from bm25aug.search import BM25Searcher, mean_added_terms, parallel_map
 from bm25aug.torch_bm25 import BM25Params, TorchBM25
 
@@ -201,11 +201,13 @@ class Trainer:
         c = self.config
         state = self._load_state() if self.resume else _fresh_state()
         log_path = self.out / "log.jsonl"
-        history = _read_jsonl(log_path) if self.resume else []
-        if not self.resume or not history:
+        # The log may be one epoch ahead of last/ (a kill between the two writes): keep only the
+        # epochs that last/ committed, so the resumed log holds each epoch once.
+        history = [h for h in _read_jsonl(log_path) if h["epoch"] <= state["epoch"]] if self.resume else []
+        if not history:
             # Epoch 0 is the reference: plain BM25 (wp) on the same dev queries.
             history = [{"epoch": 0, "step": 0, **self.evaluate_dev(baseline=True)}]
-            write_jsonl(log_path, history)
+        write_jsonl(log_path, history)
         for epoch in range(state["epoch"], c.epochs):
             rng = random.Random(c.seed * 1000 + epoch)
             order = list(range(len(self.examples)))
@@ -273,7 +275,7 @@ class Trainer:
 
     # ------------------------------------------------------------------------------ checkpoints
     def _save_state(self, state: dict) -> None:
-        with atomic_dir(self.out / "last") as tmp:
+        with atomic_dir(self.out / "last", CONFIG_NAME, what="a bm25aug checkpoint") as tmp:
             self.model.write_files(tmp)
             torch.save({"state": state, "optimizer": self.optimizer.state_dict(),
                         "scheduler": self.scheduler.state_dict(), "torch_rng": torch.get_rng_state()},
