@@ -124,6 +124,7 @@ def build_index(dataset: Dataset, flavor: str, path: str | Path, threads: int | 
     fix = (f"pass --index-root DIR to build elsewhere, or add --force to replace it "
            f"(`bm25aug index --dataset {dataset.name} --flavor {flavor} --force`)")
     path.parent.mkdir(parents=True, exist_ok=True)
+    log.info("building %s index of %s at %s", flavor, dataset.name, path)
     shards = temp_sibling(path, "building")
     try:
         with atomic_dir(path, None if force else META_FILE, what="an index built by bm25aug", fix=fix) as work:
