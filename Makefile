@@ -15,7 +15,7 @@ $(PY):
 	$(PY) -m pip install -q --upgrade pip
 
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,bench]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -106,7 +106,7 @@ def timed_run(search, queries: dict[str, str], warmup: int = 10) -> tuple[dict, 
 
 
 def evaluate_method(method: str, dataset, split, k: int, index_root, threads: int, checkpoint: Path | None,
-                    k1: float = 0.9, b: float = 0.4) -> tuple[dict, dict]:
+                    k1: float = 0.9, b: float = 0.4, runtime: str = "onnx-int8") -> tuple[dict, dict]:
     from bm25aug.evaluation import evaluate_split
     from bm25aug.index import ensure_index
     from bm25aug.search import AugmentedSearcher, BM25Searcher, mean_added_terms
@@ -114,7 +114,7 @@ def evaluate_method(method: str, dataset, split, k: int, index_root, threads: in
     index = ensure_index(dataset, "flat" if method == "bm25-flat" else "wp", index_root, threads=threads)
     extra = {}
     if method == "augmented":
-        searcher = AugmentedSearcher.from_pretrained(checkpoint, index, k1, b)
+        searcher = AugmentedSearcher.from_pretrained(checkpoint, index, k1, b, runtime=runtime)
         texts = list(split.queries.values())
         terms = searcher.term_lists(texts)
         extra = {"aug_terms_mean": mean_added_terms(searcher.searcher, texts, terms),
@@ -171,7 +171,7 @@ def cmd_eval(args) -> None:
     for m in methods:
         log.info("evaluating %s on %s/%s (%d queries)", m, dataset.name, args.split or dataset.spec.eval_split, len(split.queries))
         results[m], runs[m] = evaluate_method(m, dataset, split, k, args.index_root, args.threads, checkpoint,
-                                              args.k1, args.b)
+                                              args.k1, args.b, args.runtime)
     print(format_table(results))
     try:
         if args.output:
@@ -198,14 +198,13 @@ def _write_metrics(args, results: dict[str, dict], method: str, dataset, checkpo
 def cmd_export(args) -> None:
     from bm25aug.data import load_dataset
     from bm25aug.export import export_term_lists
+    from bm25aug.fast_encoder import load_encoder
     from bm25aug.io import check_output_path
-    from bm25aug.model import QueryAugmenter
 
     check_output_path(args.output, "--output")
     dataset = load_dataset(args.dataset, args.data_dir)
     split = dataset.split(args.split or dataset.spec.eval_split)
-    model = QueryAugmenter.from_pretrained(resolve_checkpoint(args.checkpoint, dataset.name, False))
-    model = model if args.fp32 else model.quantized()
+    model = load_encoder(resolve_checkpoint(args.checkpoint, dataset.name, False), args.runtime)
     n = export_term_lists(model, split.queries, args.output, top_k=args.top_k, threshold=args.threshold)
     print(f"wrote {n} weighted term lists to {args.output}")
 
@@ -248,6 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, help="hits per query (default 1000; 100 for QA)")
     p.add_argument("--k1", type=float, default=0.9, help="BM25 k1 (default 0.9)")
     p.add_argument("--b", type=float, default=0.4, help="BM25 b (default 0.4)")
+    p.add_argument("--runtime", default="onnx-int8", choices=["onnx-int8", "torch-int8", "torch-fp32"],
+                   help="query encoder runtime for augmented (default: onnx-int8; torch-fp32 is the reference)")
     p.add_argument("--run", help="score this TREC run file instead of searching")
     p.add_argument("--output", help="write the run of --method as a TREC run file")
     p.add_argument("--json-out", help="write the metrics as one JSON object")
@@ -261,7 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True)
     p.add_argument("--top-k", type=int, help="keep only the k heaviest terms per query")
     p.add_argument("--threshold", type=float, default=0.0, help="drop terms with weight <= this")
-    p.add_argument("--fp32", action="store_true", help="use the full-precision model (default: int8, as AugmentedSearcher)")
+    p.add_argument("--runtime", default="onnx-int8", choices=["onnx-int8", "torch-int8", "torch-fp32"],
+                   help="query encoder runtime (default: onnx-int8, as AugmentedSearcher; torch-fp32 is the reference)")
     _data_args(p)
     p.set_defaults(func=cmd_export)
     return parser

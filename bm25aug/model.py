@@ -25,6 +25,7 @@ import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -58,6 +59,20 @@ class QueryBoosts:
     boosts: torch.Tensor
     augmentation: torch.Tensor
     bow: torch.Tensor
+
+
+def term_lists(boosts: np.ndarray, input_ids: np.ndarray, attention_mask: np.ndarray, special: np.ndarray,
+               tokenizer) -> list[dict[str, float]]:
+    """Rows of boosts (queries x vocabulary) as ``{token: boost}`` with the zeros dropped; shared by
+    every encoder so that they differ only in the numbers. A query with no real token (only [UNK],
+    e.g. emoji or an unknown script) has nothing to search for: BM25 finds nothing, and so must
+    a(q), which would otherwise invent terms."""
+    has_terms = ((attention_mask > 0) & ~special[input_ids]).any(axis=1)
+    result = []
+    for row, keep in zip(boosts, has_terms.tolist()):
+        ids = np.flatnonzero(row > 0) if keep else []
+        result.append(dict(zip(tokenizer.convert_ids_to_tokens(list(map(int, ids))), row[ids].tolist())))
+    return result
 
 
 def resolve_encoder(name: str | None):
@@ -139,7 +154,9 @@ class QueryAugmenter(nn.Module):
                 pooled = (hidden * attention_mask.unsqueeze(-1)).sum(1) / attention_mask.sum(1, keepdim=True)
             else:
                 pooled = hidden[:, 0]
-            a = torch.relu(self.aug_head(pooled)).masked_fill(self.special, 0.0)
+            # (B, 1, H) rather than (B, H): ONNX export then emits a MatMul, which int8 dynamic
+            # quantization covers (a Gemm it does not); the numbers are the same.
+            a = torch.relu(self.aug_head(pooled.unsqueeze(1)).squeeze(1)).masked_fill(self.special, 0.0)
         else:
             a = torch.zeros(batch, vocab, dtype=hidden.dtype, device=hidden.device)
         boosts = torch.where(bow > 0, term_w * (1 + a), a)
@@ -152,18 +169,8 @@ class QueryAugmenter(nn.Module):
             return []
         enc = self.tokenize(queries)
         out = self(enc["input_ids"], enc["attention_mask"])
-        # A query with no real token (only [UNK], e.g. emoji or an unknown script) has nothing to
-        # search for: BM25 finds nothing, and so must a(q), which would otherwise invent terms.
-        has_terms = (enc["attention_mask"].bool() & ~self.special[enc["input_ids"]]).any(dim=1)
-        result = []
-        for row, keep in zip(out.boosts, has_terms.tolist()):
-            if not keep:
-                result.append({})
-                continue
-            ids = torch.nonzero(row > 0).squeeze(-1)
-            tokens = self.tokenizer.convert_ids_to_tokens(ids.tolist())
-            result.append(dict(zip(tokens, row[ids].tolist())))
-        return result
+        return term_lists(out.boosts.float().numpy(), enc["input_ids"].numpy(), enc["attention_mask"].numpy(),
+                          self.special.numpy(), self.tokenizer)
 
     def quantized(self) -> "QueryAugmenter":
         """int8 dynamic quantization of every Linear layer, for CPU search: about half the

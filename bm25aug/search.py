@@ -188,12 +188,13 @@ class AugmentedSearcher:
 
     @classmethod
     def from_pretrained(cls, checkpoint: str | Path, index: str | Path, k1: float = 0.9, b: float = 0.4,
-                        top_k: int | None = None, threshold: float = 0.0, quantize: bool = True) -> "AugmentedSearcher":
-        """``quantize``: int8 model on CPU (the default, and what ``bm25aug export`` uses)."""
-        from bm25aug.model import QueryAugmenter
+                        top_k: int | None = None, threshold: float = 0.0,
+                        runtime: str = "onnx-int8") -> "AugmentedSearcher":
+        """``runtime`` of the query encoder: ``onnx-int8`` (default, and what ``bm25aug export`` uses), ``torch-int8``
+        or ``torch-fp32`` (the reference); see ``bm25aug.fast_encoder``."""
+        from bm25aug.fast_encoder import load_encoder
 
-        model = QueryAugmenter.from_pretrained(checkpoint)
-        model = model.quantized() if quantize else model
+        model = load_encoder(checkpoint, runtime)
         return cls(model, BM25Searcher(index, k1, b, tokenizer=model.tokenizer), top_k, threshold)
 
     def term_lists(self, queries: list[str]) -> list[dict[str, float]]:

@@ -1,0 +1,136 @@
+"""Search speed in one run: the Lucene floor, bm25-flat, bm25-wp, augmented, the encoder alone,
+and bm25s as the speed peer, with every latency as a ratio to the floor.
+
+    python benchmarks/bench_search.py --dataset scifact --checkpoint checkpoints/scifact [--json-out F]
+
+* floor: the wp query's Lucene query built from its term list, then ``IndexSearcher.search`` for
+  k hits; the TopDocs stay in Java (no hit is read into Python).
+* bm25-flat, bm25-wp, augmented: what ``search_arrays`` returns (Lucene doc numbers, Anserini's
+  scores, external ids), query text in; augmented includes encoding the query.
+* encode: the model alone, ONNX int8 (what search uses) and torch int8 (the previous default).
+* p50 and p95 on one thread; QPS of ``batch_search`` on 1 and 2 threads (encoding included).
+* bm25s (``pip install -e '.[bench]'``): its own tokenizer and index over the same texts, k hits,
+  one query at a time (p50) and as one batch (QPS). Skipped with a note when not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bm25aug.data import load_dataset
+from bm25aug.fast_encoder import load_encoder
+from bm25aug.index import ensure_index
+from bm25aug.io import write_json
+from bm25aug.search import AugmentedSearcher, BM25Searcher
+
+
+def latencies(fn, items: list, warmup: int = 20) -> np.ndarray:
+    """Milliseconds per call, one call at a time."""
+    for x in items[:warmup]:
+        fn(x)
+    out = []
+    for x in items:
+        start = time.perf_counter()
+        fn(x)
+        out.append(time.perf_counter() - start)
+    return np.asarray(out) * 1000
+
+
+def qps(batch_search, queries: list[str], threads: int) -> float:
+    qids = [str(i) for i in range(len(queries))]
+    batch_search(queries[:20], qids[:20], threads)  # warm-up
+    start = time.perf_counter()
+    batch_search(queries, qids, threads)
+    return len(queries) / (time.perf_counter() - start)
+
+
+def bm25s_peer(dataset, queries: list[str], k: int) -> dict | None:
+    try:
+        import bm25s
+    except ImportError:
+        print("bm25s not installed (pip install -e '.[bench]'): no peer row")
+        return None
+    ids = list(dataset.corpus)
+    retriever = bm25s.BM25(k1=0.9, b=0.4)
+    retriever.index(bm25s.tokenize([dataset.corpus[d].contents for d in ids], show_progress=False), show_progress=False)
+    k = min(k, len(ids))
+
+    def one(q: str):
+        return retriever.retrieve(bm25s.tokenize([q], show_progress=False), k=k, show_progress=False, n_threads=1)
+
+    lat = latencies(one, queries)
+    start = time.perf_counter()
+    retriever.retrieve(bm25s.tokenize(queries, show_progress=False), k=k, show_progress=False, n_threads=1)
+    return {"p50": float(np.percentile(lat, 50)), "p95": float(np.percentile(lat, 95)),
+            "qps": len(queries) / (time.perf_counter() - start)}
+
+
+def run(dataset_name: str, checkpoint: Path, split: str | None, k: int) -> dict:
+    import torch
+
+    torch.set_num_threads(1)
+    dataset = load_dataset(dataset_name)
+    queries = list(dataset.split(split or dataset.spec.eval_split).queries.values())
+    wp = BM25Searcher(ensure_index(dataset, "wp"))
+    flat = BM25Searcher(ensure_index(dataset, "flat"))
+    augmented = AugmentedSearcher.from_pretrained(checkpoint, wp.index_dir)
+    index = wp.index
+    term_lists = [wp.query_terms(q) for q in queries]
+
+    rows = {
+        "floor": latencies(lambda t: index.searcher.search(index.weighted_query(t), k), term_lists),
+        "bm25-flat": latencies(lambda q: flat.search_arrays(q, k), queries),
+        "bm25-wp": latencies(lambda q: wp.search_arrays(q, k), queries),
+        "augmented": latencies(lambda q: augmented.search_arrays(q, k), queries),
+        "encode (onnx int8)": latencies(lambda q: augmented.model.encode([q]), queries),
+        "encode (torch int8)": latencies(lambda q, m=load_encoder(checkpoint, "torch-int8"): m.encode([q]), queries),
+    }
+    batch = {name: s for name, s in (("bm25-flat", flat), ("bm25-wp", wp), ("augmented", augmented))}
+    rates = {(name, t): qps(lambda q, i, n, s=s: s.batch_search(q, i, k, threads=n), queries, t)
+             for name, s in batch.items() for t in (1, 2)}
+    peer = bm25s_peer(dataset, queries, k) if dataset_name == "scifact" else None
+
+    floor = float(np.percentile(rows["floor"], 50))
+    print(f"\n{dataset_name}: {len(dataset.corpus)} docs, {len(queries)} queries, k={k}, checkpoint {checkpoint}")
+    print("| path | p50 ms | p95 ms | p50 / floor | QPS 1 thread | QPS 2 threads |\n|---|---|---|---|---|---|")
+    for name, lat in rows.items():
+        q1, q2 = rates.get((name, 1)), rates.get((name, 2))
+        print(f"| {name} | {np.percentile(lat, 50):.2f} | {np.percentile(lat, 95):.2f} | "
+              f"{np.percentile(lat, 50) / floor:.2f}x | {f'{q1:.0f}' if q1 else ''} | {f'{q2:.0f}' if q2 else ''} |")
+    if peer:
+        print(f"| bm25s (peer) | {peer['p50']:.2f} | {peer['p95']:.2f} | {peer['p50'] / floor:.2f}x | "
+              f"{peer['qps']:.0f} (one batch) | |")
+    p50 = {name: float(np.percentile(lat, 50)) for name, lat in rows.items()}
+    return {
+        "dataset": dataset_name, "num_docs": len(dataset.corpus), "num_queries": len(queries), "k": k,
+        "floor_p50_ms": floor, "bm25_flat_p50_ms": p50["bm25-flat"], "bm25_wp_p50_ms": p50["bm25-wp"],
+        "augmented_p50_ms": p50["augmented"], "encode_p50_ms": p50["encode (onnx int8)"],
+        "encode_torch_int8_p50_ms": p50["encode (torch int8)"],
+        **{f"{key}_p95_ms": float(np.percentile(rows[name], 95)) for key, name in
+           (("floor", "floor"), ("bm25_flat", "bm25-flat"), ("bm25_wp", "bm25-wp"), ("augmented", "augmented"))},
+        **{f"qps_{name.replace('-', '_')}_{t}t": rate for (name, t), rate in rates.items()},
+        "bm25s_qps": peer["qps"] if peer else None, "bm25s_p50_ms": peer["p50"] if peer else None,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dataset", nargs="+", default=["scifact"])
+    p.add_argument("--checkpoint", default="checkpoints/scifact", help="a train.py output dir or a model dir")
+    p.add_argument("--split")
+    p.add_argument("--k", type=int, default=1000)
+    p.add_argument("--json-out", help="one JSON object per dataset, in a list")
+    args = p.parse_args()
+    checkpoint = Path(args.checkpoint)
+    checkpoint = checkpoint / "best" if (checkpoint / "best").is_dir() else checkpoint
+    results = [run(name, checkpoint, args.split, args.k) for name in args.dataset]
+    if args.json_out:
+        write_json(args.json_out, results)
+
+
+if __name__ == "__main__":
+    main()

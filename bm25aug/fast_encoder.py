@@ -1,0 +1,139 @@
+"""Query encoders for search: an int8 ONNX Runtime copy of the model, and how to pick one.
+
+The fp32 torch ``QueryAugmenter`` is the reference; training uses it. At search time a query is
+encoded alone on one thread, where PyTorch's per-operator overhead dominates; ONNX Runtime runs
+the same graph with int8 weights (dynamic quantization of every MatMul) at a fraction of the cost.
+``tests/test_fast_encoder.py`` bounds how far its term lists drift from the fp32 ones.
+
+The ONNX file is exported once per checkpoint, into ``<checkpoint>/onnx/`` (or, when the
+checkpoint is read-only, into ``~/.cache/bm25aug/onnx/<hash>/``), and is tied to the weights it
+came from by their sha256: new weights, new export. ``AugmentedSearcher`` and ``bm25aug export``
+load encoders only through ``load_encoder``, so both always use the same one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bm25aug.errors import UserError
+from bm25aug.io import atomic_dir
+from bm25aug.model import WEIGHTS_NAME, QueryAugmenter, term_lists
+
+log = logging.getLogger(__name__)
+RUNTIMES = ("onnx-int8", "torch-int8", "torch-fp32")
+ONNX_DIR = "onnx"
+ONNX_FILE = "model.int8.onnx"
+SOURCE_FILE = "source.json"
+CACHE_DIR = Path(os.environ.get("BM25AUG_CACHE", Path.home() / ".cache" / "bm25aug")) / "onnx"
+
+
+def weights_hash(checkpoint: Path) -> str:
+    h = hashlib.sha256()
+    with open(checkpoint / WEIGHTS_NAME, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+class _BoostsGraph(torch.nn.Module):
+    """The model's forward pass as ONNX sees it: token ids and mask in, boosts out."""
+
+    def __init__(self, model: QueryAugmenter):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids, attention_mask).boosts
+
+
+def export_onnx(model: QueryAugmenter, folder: Path, source: str) -> Path:
+    """Export ``model`` to ONNX, quantize its MatMuls to int8, and write both atomically."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    with atomic_dir(folder, SOURCE_FILE, what="an ONNX export of bm25aug") as tmp:
+        sample = model.tokenize(["an example query for tracing"])
+        # Plain (eager) attention traces to MatMuls that int8 quantization covers; SDPA does not.
+        saved, model.encoder.config._attn_implementation = model.encoder.config._attn_implementation, "eager"
+        try:
+            with warnings.catch_warnings(), torch.inference_mode():
+                warnings.simplefilter("ignore")  # tracer warnings about data-dependent shapes
+                torch.onnx.export(_BoostsGraph(model.eval()), (sample["input_ids"], sample["attention_mask"]),
+                                  str(tmp / "model.fp32.onnx"), input_names=["input_ids", "attention_mask"],
+                                  output_names=["boosts"], opset_version=17, dynamo=False,
+                                  dynamic_axes={"input_ids": {0: "batch", 1: "tokens"},
+                                                "attention_mask": {0: "batch", 1: "tokens"}, "boosts": {0: "batch"}})
+        finally:
+            model.encoder.config._attn_implementation = saved
+        # Fuse attention, layer norms and GELU into ONNX Runtime's BERT kernels, then quantize every
+        # MatMul (and the fused attention) to int8, one scale per output channel.
+        config = model.encoder.config
+        fused = optimize_model(str(tmp / "model.fp32.onnx"), model_type="bert", num_heads=config.num_attention_heads,
+                               hidden_size=config.hidden_size, opt_level=1)
+        fused.save_model_to_file(str(tmp / "model.fused.onnx"))
+        quantize_dynamic(str(tmp / "model.fused.onnx"), str(tmp / ONNX_FILE), weight_type=QuantType.QInt8,
+                         per_channel=True, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+        for name in ("model.fp32.onnx", "model.fused.onnx"):
+            (tmp / name).unlink()
+        (tmp / SOURCE_FILE).write_text(json.dumps({"weights_sha256": source, "quantization": "dynamic int8, per channel",
+                                                       "fusion": "onnxruntime.transformers bert"}))
+    return folder / ONNX_FILE
+
+
+class OnnxQueryEncoder:
+    """``encode`` as ``QueryAugmenter.encode`` does it, through ONNX Runtime on one thread."""
+
+    def __init__(self, path: Path, model: QueryAugmenter):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1  # latency is per query; batch search parallelizes Lucene instead
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.config, self.tokenizer = model.config, model.tokenizer
+        self.special = model.special.numpy()
+
+    def encode(self, queries: list[str]) -> list[dict[str, float]]:
+        if not queries:
+            return []
+        enc = self.tokenizer(queries, padding=True, truncation=True, max_length=self.config.max_query_length,
+                             return_tensors="np")
+        ids, mask = enc["input_ids"].astype(np.int64), enc["attention_mask"].astype(np.int64)
+        boosts = self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+        return term_lists(boosts, ids, mask, self.special, self.tokenizer)
+
+
+def onnx_path(checkpoint: Path, model: QueryAugmenter) -> Path:
+    """The int8 export of ``checkpoint``, made first when missing or made from other weights."""
+    source = weights_hash(checkpoint)
+    for folder in (checkpoint / ONNX_DIR, CACHE_DIR / source):
+        meta = folder / SOURCE_FILE
+        if meta.exists() and json.loads(meta.read_text()).get("weights_sha256") == source:
+            return folder / ONNX_FILE
+    folder = checkpoint / ONNX_DIR if os.access(checkpoint, os.W_OK) else CACHE_DIR / source
+    log.info("exporting %s to ONNX (int8) in %s", checkpoint, folder)
+    return export_onnx(model, folder, source)
+
+
+def load_encoder(checkpoint: str | Path, runtime: str = "onnx-int8"):
+    """The query encoder of a checkpoint: ``onnx-int8`` (default: fastest on CPU), ``torch-int8``
+    or ``torch-fp32`` (the reference). Anything with ``encode``, ``tokenizer`` and ``config``."""
+    if runtime not in RUNTIMES:
+        raise UserError(f"unknown query encoder runtime {runtime!r}; fix: use one of {', '.join(RUNTIMES)}")
+    checkpoint = Path(checkpoint)
+    model = QueryAugmenter.from_pretrained(checkpoint)
+    if runtime == "torch-fp32":
+        return model
+    if runtime == "torch-int8":
+        return model.quantized()
+    return OnnxQueryEncoder(onnx_path(checkpoint, model), model)
