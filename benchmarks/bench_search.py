@@ -28,8 +28,8 @@ from bm25aug.io import write_json
 from bm25aug.search import AugmentedSearcher, BM25Searcher
 
 
-def latencies(fn, items: list, warmup: int = 20) -> np.ndarray:
-    """Milliseconds per call, one call at a time."""
+def latencies(fn, items: list, warmup: int = 50) -> np.ndarray:
+    """Milliseconds per call, one call at a time, after a warm-up that lets the JIT compile."""
     for x in items[:warmup]:
         fn(x)
     out = []
@@ -42,7 +42,7 @@ def latencies(fn, items: list, warmup: int = 20) -> np.ndarray:
 
 def qps(batch_search, queries: list[str], threads: int) -> float:
     qids = [str(i) for i in range(len(queries))]
-    batch_search(queries[:20], qids[:20], threads)  # warm-up
+    batch_search(queries[:50], qids[:50], threads)  # warm-up
     start = time.perf_counter()
     batch_search(queries, qids, threads)
     return len(queries) / (time.perf_counter() - start)

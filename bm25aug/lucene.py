@@ -2,8 +2,8 @@
 
 Pyserini's searcher loads a stored document and wraps a Java object for every hit, which costs
 about 15x the search itself. Here the only per-query crossings into Java are building the query
-(one string, parsed in Java), the search, and one string with every hit (``Arrays.toString`` of the ScoreDocs, composed with
-the search into one ``MethodHandle`` so that no Java object per hit reaches Python). External ids come from a table read once per index.
+(one string, parsed in Java), the search, and one primitive array with every hit (a ``MethodHandle`` that runs the search and
+flattens its ScoreDocs in Java, so that no Java object per hit reaches Python). External ids come from a table read once per index.
 
 Results equal Pyserini's exactly. Anserini searches with ties broken by the external id, rounds
 each score to 4 decimals and then lowers the k-th of a run of equal rounded scores by k·1e-6 so
@@ -49,19 +49,41 @@ class _Java:
             self.whitespace = jclass("org.apache.lucene.analysis.core.WhitespaceAnalyzer")()
             self.bag_of_words = jclass("io.anserini.search.query.BagOfWordsQueryGenerator")()
             self.english = jclass("io.anserini.index.IndexCollection").DEFAULT_ANALYZER
-            # search(query, n).scoreDocs rendered by Arrays.toString, composed into one handle so
-            # that a single string crosses into Python: "[doc=3 score=8.57 shardIndex=-1, ...]".
-            handles, method_type = jclass("java.lang.invoke.MethodHandles"), jclass("java.lang.invoke.MethodType")
-            lookup = handles.publicLookup()
-            top_docs, score_docs = cls.forName("org.apache.lucene.search.TopDocs"), cls.forName("[Lorg.apache.lucene.search.ScoreDoc;")
-            string = cls.forName("java.lang.String")
-            search = lookup.findVirtual(cls.forName("org.apache.lucene.search.IndexSearcher"), "search", method_type.methodType(
-                top_docs, [cls.forName("org.apache.lucene.search.Query"), self.Integer.TYPE]))
-            render = lookup.findStatic(cls.forName("java.util.Arrays"), "toString", method_type.methodType(
-                string, [cls.forName("[Ljava.lang.Object;")])).asType(method_type.methodType(string, [score_docs]))
-            self.search_to_string = handles.filterReturnValue(
-                handles.filterReturnValue(search, lookup.findGetter(top_docs, "scoreDocs", score_docs)), render)
+            self.search = _search_handle(cls, self.Integer.TYPE)
             self.BM25 = jclass("org.apache.lucene.search.similarities.BM25Similarity")
+
+
+def _search_handle(cls, int_type):
+    """One ``MethodHandle`` for ``searcher.search(query, n).scoreDocs`` flattened into a
+    ``double[]`` of (doc, score) pairs, built from ``java.lang.invoke`` combinators alone (no Java
+    source to compile): pyjnius then copies one primitive array instead of wrapping a Java object
+    per hit. Doc numbers and float scores are exact in a double."""
+    h, mt = jclass("java.lang.invoke.MethodHandles"), jclass("java.lang.invoke.MethodType")
+    lookup = h.publicLookup()
+    jint, jdouble = int_type, jclass("java.lang.Double").TYPE
+    void, jfloat = jclass("java.lang.Void").TYPE, jclass("java.lang.Float").TYPE
+    score_doc, score_docs = cls.forName("org.apache.lucene.search.ScoreDoc"), cls.forName("[Lorg.apache.lucene.search.ScoreDoc;")
+    top_docs, doubles, math = cls.forName("org.apache.lucene.search.TopDocs"), cls.forName("[D"), cls.forName("java.lang.Math")
+    # pyjnius passes a Java varargs parameter as separate Python arguments.
+    twice = h.permuteArguments(lookup.findStatic(math, "addExact", mt.methodType(jint, [jint, jint])),
+                               mt.methodType(jint, [jint]), 0, 0)
+    plus_one = lookup.findStatic(math, "incrementExact", mt.methodType(jint, [jint]))
+    length = h.arrayLength(score_docs)
+    new_pairs = h.filterReturnValue(h.filterReturnValue(length, twice), h.arrayConstructor(doubles))
+    element = h.arrayElementGetter(score_docs)
+    doc = h.filterReturnValue(element, lookup.findGetter(score_doc, "doc", jint).asType(mt.methodType(jdouble, [score_doc])))
+    score = h.filterReturnValue(element, lookup.findGetter(score_doc, "score", jfloat).asType(
+        mt.methodType(jdouble, [score_doc])))
+    setter = h.arrayElementSetter(doubles)
+    step = mt.methodType(void, [doubles, jint, score_docs])  # (pairs, i, scoreDocs)
+    set_doc = h.permuteArguments(h.collectArguments(h.filterArguments(setter, 1, twice), 2, doc), step, 0, 1, 2, 1)
+    set_score = h.permuteArguments(h.collectArguments(
+        h.filterArguments(setter, 1, h.filterReturnValue(twice, plus_one)), 2, score), step, 0, 1, 2, 1)
+    body = h.foldArguments(h.foldArguments(h.dropArguments(h.identity(doubles), 1, jint, score_docs), set_score), set_doc)
+    flatten = h.countedLoop(length, new_pairs, body)  # pairs[2i] = doc, pairs[2i + 1] = score
+    search = lookup.findVirtual(cls.forName("org.apache.lucene.search.IndexSearcher"), "search", mt.methodType(
+        top_docs, [cls.forName("org.apache.lucene.search.Query"), jint]))
+    return h.filterReturnValue(h.filterReturnValue(search, lookup.findGetter(top_docs, "scoreDocs", score_docs)), flatten)
 
 
 _java: _Java | None = None
@@ -97,16 +119,6 @@ class TopK:
 
 
 EMPTY = TopK(np.zeros(0, np.int32), np.zeros(0, np.float32))
-
-
-def parse_score_docs(text: str) -> tuple[np.ndarray, np.ndarray]:
-    """``Arrays.toString(ScoreDoc[])`` to (Lucene doc numbers, float32 scores). Java prints each
-    float as the shortest decimal that reads back to it, so the scores are exact."""
-    if text == "[]":
-        return np.zeros(0, np.int64), np.zeros(0, np.float32)
-    numbers = np.fromstring(re.sub(r" shardIndex=-?\d+,?", "", text[1:-1]).replace("doc=", "").replace("score=", ""),
-                            sep=" ")
-    return numbers[0::2].astype(np.int64), numbers[1::2].astype(np.float32)
 
 
 def anserini_order(lucene_ids: np.ndarray, scores: np.ndarray, id_rank: np.ndarray) -> np.ndarray:
@@ -186,11 +198,12 @@ class LuceneIndex:
             args.add(query)
             args.add(self.j.Integer(n))
             # The first call resolves the classes it returns; keep that under the lock too.
-            text = None if self._warm else self.j.search_to_string.invokeWithArguments(args)
+            pairs = None if self._warm else self.j.search.invokeWithArguments(args)
             self._warm = True
-        if text is None:
-            text = self.j.search_to_string.invokeWithArguments(args)
-        return parse_score_docs(text)
+        if pairs is None:
+            pairs = self.j.search.invokeWithArguments(args)
+        pairs = np.asarray(pairs, dtype=np.float64)
+        return pairs[0::2].astype(np.int64), pairs[1::2].astype(np.float32)
 
     def search(self, query, k: int) -> TopK:
         """Top k exactly as Anserini returns them: ties at the k-th place go to the smaller

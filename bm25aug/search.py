@@ -218,10 +218,6 @@ class AugmentedSearcher:
         return self.hits(self.search_arrays(query, k))
 
     def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, threads: int = 1) -> dict[str, list[Hit]]:
-        """Encode every query (one at a time, see ``encode_queries``), then search them on
-        ``threads`` Lucene threads; the result equals searching one by one."""
-        keep = [i for i, q in enumerate(queries) if check_query(q).strip()]
-        vectors: list[dict[str, float]] = [{} for _ in queries]
-        for i, v in zip(keep, self.term_lists([queries[i] for i in keep])):
-            vectors[i] = v
-        return parallel_map(lambda v: self.searcher.search_terms(v, k), vectors, qids, threads)
+        """Encode and search each query on ``threads`` threads (the encoder and Lucene both run
+        without the GIL); a query is always encoded alone, so the result equals searching one by one."""
+        return parallel_map(lambda q: self.search(q, k), queries, qids, threads)
