@@ -28,16 +28,20 @@ from bm25aug.io import write_json
 from bm25aug.search import AugmentedSearcher, BM25Searcher
 
 
-def latencies(fn, items: list, warmup: int = 50) -> np.ndarray:
-    """Milliseconds per call, one call at a time, after a warm-up that lets the JIT compile."""
-    for x in items[:warmup]:
-        fn(x)
-    out = []
-    for x in items:
-        start = time.perf_counter()
-        fn(x)
-        out.append(time.perf_counter() - start)
-    return np.asarray(out) * 1000
+def interleaved_latencies(paths: dict[str, tuple], rounds: int = 2) -> dict[str, np.ndarray]:
+    """Milliseconds per call for each path ``name: (fn, items)``, measured query by query in turn
+    (query i on every path, then query i + 1), so that the machine's load hits every path alike.
+    The first round is untimed, so that the JIT has compiled every path."""
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    n = len(next(iter(paths.values()))[1])
+    for r in range(rounds):
+        for i in range(n):
+            for name, (fn, items) in paths.items():
+                start = time.perf_counter()
+                fn(items[i])
+                if r:
+                    times[name].append(time.perf_counter() - start)
+    return {name: np.asarray(t) * 1000 for name, t in times.items()}
 
 
 def qps(batch_search, queries: list[str], threads: int) -> float:
@@ -62,7 +66,7 @@ def bm25s_peer(dataset, queries: list[str], k: int) -> dict | None:
     def one(q: str):
         return retriever.retrieve(bm25s.tokenize([q], show_progress=False), k=k, show_progress=False, n_threads=1)
 
-    lat = latencies(one, queries)
+    lat = interleaved_latencies({"bm25s": (one, queries)})["bm25s"]
     start = time.perf_counter()
     retriever.retrieve(bm25s.tokenize(queries, show_progress=False), k=k, show_progress=False, n_threads=1)
     return {"p50": float(np.percentile(lat, 50)), "p95": float(np.percentile(lat, 95)),
@@ -81,14 +85,15 @@ def run(dataset_name: str, checkpoint: Path, split: str | None, k: int) -> dict:
     index = wp.index
     term_lists = [wp.query_terms(q) for q in queries]
 
-    rows = {
-        "floor": latencies(lambda t: index.searcher.search(index.weighted_query(t), k), term_lists),
-        "bm25-flat": latencies(lambda q: flat.search_arrays(q, k), queries),
-        "bm25-wp": latencies(lambda q: wp.search_arrays(q, k), queries),
-        "augmented": latencies(lambda q: augmented.search_arrays(q, k), queries),
-        "encode (onnx int8)": latencies(lambda q: augmented.model.encode([q]), queries),
-        "encode (torch int8)": latencies(lambda q, m=load_encoder(checkpoint, "torch-int8"): m.encode([q]), queries),
-    }
+    torch_int8 = load_encoder(checkpoint, "torch-int8")
+    rows = interleaved_latencies({
+        "floor": (lambda t: index.searcher.search(index.weighted_query(t), k), term_lists),
+        "bm25-flat": (lambda q: flat.search_arrays(q, k), queries),
+        "bm25-wp": (lambda q: wp.search_arrays(q, k), queries),
+        "augmented": (lambda q: augmented.search_arrays(q, k), queries),
+        "encode (onnx int8)": (lambda q: augmented.model.encode([q]), queries),
+        "encode (torch int8)": (lambda q: torch_int8.encode([q]), queries),
+    })
     batch = {name: s for name, s in (("bm25-flat", flat), ("bm25-wp", wp), ("augmented", augmented))}
     rates = {(name, t): qps(lambda q, i, n, s=s: s.batch_search(q, i, k, threads=n), queries, t)
              for name, s in batch.items() for t in (1, 2)}

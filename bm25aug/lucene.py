@@ -103,11 +103,20 @@ def escape_term(term: str) -> str:
     return "\\" + escaped if escaped in _KEYWORDS else escaped
 
 
+def _boost(weight: float) -> str:
+    """The shortest decimal of the float32 value, which Java parses back to the same float that a
+    ``BoostQuery`` built from Python would hold (whole numbers, BM25's query-term counts, as is)."""
+    if weight == int(weight) and weight < 2**24:
+        return str(int(weight))
+    return np.format_float_positional(np.float32(weight), unique=True, trim="0")
+
+
 def weighted_query_string(terms: dict[str, float]) -> str:
-    """``term^boost`` clauses; a boost is written as the shortest decimal of its float32 value,
-    which Java parses back to the same float that a ``BoostQuery`` built from Python would hold."""
-    return " ".join(f"{escape_term(t)}^{np.format_float_positional(np.float32(w), unique=True, trim='0')}"
-                    for t, w in terms.items() if w > 0)
+    """``term^boost`` clauses for Lucene's classic QueryParser, terms escaped so that none is read
+    as an operator or a wildcard."""
+    if _SPECIAL.search("".join(terms)) is None and not _KEYWORDS & terms.keys():  # nothing to escape
+        return " ".join(f"{t}^{_boost(w)}" for t, w in terms.items() if w > 0)
+    return " ".join(f"{escape_term(t)}^{_boost(w)}" for t, w in terms.items() if w > 0)
 
 
 @dataclass(frozen=True)
