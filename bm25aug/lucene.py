@@ -131,7 +131,10 @@ EMPTY = TopK(np.zeros(0, np.int32), np.zeros(0, np.float32))
 
 
 def anserini_order(lucene_ids: np.ndarray, scores: np.ndarray, id_rank: np.ndarray) -> np.ndarray:
-    """Positions sorted by score, descending, then by external id, ascending."""
+    """Positions sorted by score, descending, then by external id, ascending. Lucene returns them
+    by score already; only equal scores need another look."""
+    if not np.any(scores[1:] == scores[:-1]):
+        return np.arange(len(scores))
     return np.lexsort((id_rank[lucene_ids], -scores))
 
 

@@ -97,8 +97,25 @@ def vocab_hash(tokenizer) -> str:
     return hashlib.sha256("\n".join(t for t, _ in ordered).encode("utf-8")).hexdigest()[:16]
 
 
-def special_tokens(tokenizer) -> set[str]:
-    return set(tokenizer.all_special_tokens)
+def special_tokens(tokenizer) -> frozenset[str]:
+    """[CLS], [SEP], [PAD], [UNK], [MASK]: computed once per tokenizer (it is asked per query)."""
+    cached = getattr(tokenizer, "_bm25aug_specials", None)
+    if cached is None:
+        cached = frozenset(tokenizer.all_special_tokens)
+        tokenizer._bm25aug_specials = cached
+    return cached
+
+
+def untruncated(tokenizer):
+    """The Rust tokenizer with truncation and padding off. Calling the HF tokenizer with
+    ``truncation=True`` (as the model does) leaves them on in the shared backend, and a BM25 query
+    or a document must never lose tokens."""
+    backend = tokenizer.backend_tokenizer
+    if backend.truncation is not None:
+        backend.no_truncation()
+    if backend.padding is not None:
+        backend.no_padding()
+    return backend
 
 
 def tokenize_batch(tokenizer, texts: list[str], parallel: bool = False) -> list[list[str]]:
@@ -106,9 +123,7 @@ def tokenize_batch(tokenizer, texts: list[str], parallel: bool = False) -> list[
 
     ``parallel`` lets the Rust tokenizer use every core for this call (index builds); elsewhere
     TOKENIZERS_PARALLELISM stays as the user set it."""
-    backend = tokenizer.backend_tokenizer
-    backend.no_truncation()
-    backend.no_padding()
+    backend = untruncated(tokenizer)
     saved = os.environ.get("TOKENIZERS_PARALLELISM")
     if parallel:
         os.environ["TOKENIZERS_PARALLELISM"] = "true"
@@ -125,4 +140,5 @@ def tokenize_batch(tokenizer, texts: list[str], parallel: bool = False) -> list[
 def query_term_counts(tokenizer, query: str) -> Counter:
     """WordPiece query terms with their counts; special tokens such as [UNK] match nothing useful."""
     specials = special_tokens(tokenizer)
-    return Counter(t for t in tokenize_batch(tokenizer, [query])[0] if t not in specials)
+    tokens = untruncated(tokenizer).encode(query, add_special_tokens=False).tokens
+    return Counter(t for t in tokens if t not in specials)

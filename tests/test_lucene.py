@@ -70,3 +70,12 @@ def test_scifact_every_hit_equals_pyserini(scifact, scifact_wp, flavor):
             assert got == plain_pyserini_search(index, ours.query_terms(query), 1000), query
         else:
             assert got == [(h.docid, h.score) for h in theirs.search(query, 1000)], query
+
+
+def test_query_terms_are_never_truncated_by_the_model_tokenizer(tiny_wp, offline_model):
+    """The searcher shares the model's tokenizer, whose calls switch truncation on in the backend."""
+    _, wp, _ = tiny_wp
+    searcher = BM25Searcher(wp, tokenizer=offline_model.tokenizer)
+    long_query = " ".join(f"word{i}" for i in range(300))
+    offline_model.tokenize([long_query])  # truncates to max_query_length and leaves it set
+    assert sum(searcher.query_terms(long_query).values()) > 300
