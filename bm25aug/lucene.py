@@ -2,8 +2,8 @@
 
 Pyserini's searcher loads a stored document and wraps a Java object for every hit, which costs
 about 15x the search itself. Here the only per-query crossings into Java are building the query
-(one string, parsed in Java), the search, and one primitive array with every hit (a ``MethodHandle`` that runs the search and
-flattens its ScoreDocs in Java, so that no Java object per hit reaches Python). External ids come from a table read once per index.
+(one string, parsed in Java), the search, and one byte array with every hit (a ``MethodHandle`` that runs the search and packs
+its ScoreDocs in Java, so that no Java object per hit reaches Python). External ids come from a table read once per index.
 
 Results equal Pyserini's exactly. Anserini searches with ties broken by the external id, rounds
 each score to 4 decimals and then lowers the k-th of a run of equal rounded scores by k·1e-6 so
@@ -54,36 +54,40 @@ class _Java:
 
 
 def _search_handle(cls, int_type):
-    """One ``MethodHandle`` for ``searcher.search(query, n).scoreDocs`` flattened into a
-    ``double[]`` of (doc, score) pairs, built from ``java.lang.invoke`` combinators alone (no Java
-    source to compile): pyjnius then copies one primitive array instead of wrapping a Java object
-    per hit. Doc numbers and float scores are exact in a double."""
+    """One ``MethodHandle`` for ``searcher.search(query, n).scoreDocs`` packed into a ``byte[]``
+    of big-endian (int doc, float score) pairs, built from ``java.lang.invoke`` combinators alone
+    (no Java source to compile): pyjnius then hands over one byte array instead of wrapping a
+    Java object per hit."""
     h, mt = jclass("java.lang.invoke.MethodHandles"), jclass("java.lang.invoke.MethodType")
     lookup = h.publicLookup()
-    jint, jdouble = int_type, jclass("java.lang.Double").TYPE
-    void, jfloat = jclass("java.lang.Void").TYPE, jclass("java.lang.Float").TYPE
+    jint, jfloat = int_type, jclass("java.lang.Float").TYPE
     score_doc, score_docs = cls.forName("org.apache.lucene.search.ScoreDoc"), cls.forName("[Lorg.apache.lucene.search.ScoreDoc;")
-    top_docs, doubles, math = cls.forName("org.apache.lucene.search.TopDocs"), cls.forName("[D"), cls.forName("java.lang.Math")
+    top_docs, math, buffer = cls.forName("org.apache.lucene.search.TopDocs"), cls.forName("java.lang.Math"), cls.forName("java.nio.ByteBuffer")
+    integer = jclass("java.lang.Integer")
     # pyjnius passes a Java varargs parameter as separate Python arguments.
-    twice = h.permuteArguments(lookup.findStatic(math, "addExact", mt.methodType(jint, [jint, jint])),
-                               mt.methodType(jint, [jint]), 0, 0)
-    plus_one = lookup.findStatic(math, "incrementExact", mt.methodType(jint, [jint]))
+    times_eight = h.insertArguments(lookup.findStatic(math, "multiplyExact", mt.methodType(jint, [jint, jint])), 1, integer(8))
+    plus_four = h.insertArguments(lookup.findStatic(math, "addExact", mt.methodType(jint, [jint, jint])), 1, integer(4))
     length = h.arrayLength(score_docs)
-    new_pairs = h.filterReturnValue(h.filterReturnValue(length, twice), h.arrayConstructor(doubles))
+    allocate = h.filterReturnValue(h.filterReturnValue(length, times_eight),
+                                   lookup.findStatic(buffer, "allocate", mt.methodType(buffer, [jint])))
     element = h.arrayElementGetter(score_docs)
-    doc = h.filterReturnValue(element, lookup.findGetter(score_doc, "doc", jint).asType(mt.methodType(jdouble, [score_doc])))
-    score = h.filterReturnValue(element, lookup.findGetter(score_doc, "score", jfloat).asType(
-        mt.methodType(jdouble, [score_doc])))
-    setter = h.arrayElementSetter(doubles)
-    step = mt.methodType(void, [doubles, jint, score_docs])  # (pairs, i, scoreDocs)
-    set_doc = h.permuteArguments(h.collectArguments(h.filterArguments(setter, 1, twice), 2, doc), step, 0, 1, 2, 1)
-    set_score = h.permuteArguments(h.collectArguments(
-        h.filterArguments(setter, 1, h.filterReturnValue(twice, plus_one)), 2, score), step, 0, 1, 2, 1)
-    body = h.foldArguments(h.foldArguments(h.dropArguments(h.identity(doubles), 1, jint, score_docs), set_score), set_doc)
-    flatten = h.countedLoop(length, new_pairs, body)  # pairs[2i] = doc, pairs[2i + 1] = score
+    doc = h.filterReturnValue(element, lookup.findGetter(score_doc, "doc", jint))
+    score = h.filterReturnValue(element, lookup.findGetter(score_doc, "score", jfloat))
+    put_int = lookup.findVirtual(buffer, "putInt", mt.methodType(buffer, [jint, jint]))
+    put_float = lookup.findVirtual(buffer, "putFloat", mt.methodType(buffer, [jint, jfloat]))
+    step = mt.methodType(buffer, [buffer, jint, score_docs])  # (bytes, i, scoreDocs) -> bytes
+    put_doc = h.permuteArguments(h.collectArguments(h.filterArguments(put_int, 1, times_eight), 2, doc), step, 0, 1, 2, 1)
+    put_score = h.permuteArguments(h.collectArguments(
+        h.filterArguments(put_float, 1, h.filterReturnValue(times_eight, plus_four)), 2, score), step, 0, 1, 2, 1)
+    body = h.foldArguments(h.dropArguments(put_score, 1, buffer), put_doc)  # put_score(put_doc(b, i, a), i, a)
+    pack = h.filterReturnValue(h.countedLoop(length, allocate, body),
+                               lookup.findVirtual(buffer, "array", mt.methodType(cls.forName("[B"))))
     search = lookup.findVirtual(cls.forName("org.apache.lucene.search.IndexSearcher"), "search", mt.methodType(
         top_docs, [cls.forName("org.apache.lucene.search.Query"), jint]))
-    return h.filterReturnValue(h.filterReturnValue(search, lookup.findGetter(top_docs, "scoreDocs", score_docs)), flatten)
+    return h.filterReturnValue(h.filterReturnValue(search, lookup.findGetter(top_docs, "scoreDocs", score_docs)), pack)
+
+
+_PAIRS = np.dtype([("doc", ">i4"), ("score", ">f4")])
 
 
 _java: _Java | None = None
@@ -214,8 +218,8 @@ class LuceneIndex:
             self._warm = True
         if pairs is None:
             pairs = self.j.search.invokeWithArguments(args)
-        pairs = np.asarray(pairs, dtype=np.float64)
-        return pairs[0::2].astype(np.int64), pairs[1::2].astype(np.float32)
+        pairs = np.frombuffer(bytes(pairs), dtype=_PAIRS)
+        return pairs["doc"].astype(np.int64), pairs["score"].astype(np.float32)
 
     def search(self, query, k: int) -> TopK:
         """Top k exactly as Anserini returns them: ties at the k-th place go to the smaller

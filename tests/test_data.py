@@ -27,13 +27,19 @@ def test_malformed_corpus_line_names_line(tiny_beir):
         _ = load_dataset(str(tiny_beir)).corpus
 
 
-def test_qrels_with_unknown_docs_warn_with_count(tiny_beir, caplog):
+@pytest.mark.parametrize("lines,warning,dropped", [
+    ("q1\tnope1\t1\nq2\tnope2\t1\n", "2 qrels name documents that are not in the corpus",
+     lambda split: "nope1" not in split.qrels["q1"]),
+    # a judged query without a text would be scored 0 and still counted (issue 10)
+    ("q99\td1\t1\n", "1 judged queries are not in the queries file",
+     lambda split: "q99" not in split.qrels and len(split.qrels) == 8),
+])
+def test_qrels_naming_unknown_docs_or_queries_warn_with_count(tiny_beir, caplog, lines, warning, dropped):
     with open(tiny_beir / "qrels" / "test.tsv", "a") as f:
-        f.write("q1\tnope1\t1\nq2\tnope2\t1\n")
+        f.write(lines)
     with caplog.at_level(logging.WARNING):
         split = load_dataset(str(tiny_beir)).split("test")
-    assert "2 qrels name documents that are not in the corpus" in caplog.text
-    assert "nope1" not in split.qrels["q1"]
+    assert warning in caplog.text and dropped(split)
 
 
 def test_unknown_dataset_and_missing_dir(tmp_path, monkeypatch):

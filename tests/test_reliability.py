@@ -119,15 +119,7 @@ def test_corpus_edit_with_same_lengths_rebuilds(tmp_path):
 
 
 # ------------------------------------------------------------------------------- 4. silent miscounts
-def test_judged_query_without_text_is_not_counted(tiny_beir, caplog):
-    with open(tiny_beir / "qrels" / "test.tsv", "a") as f:
-        f.write("q99\td1\t1\n")
-    with caplog.at_level(logging.WARNING):
-        split = load_dataset(str(tiny_beir)).split("test")
-    assert "1 judged queries are not in the queries file" in caplog.text
-    assert "q99" not in split.qrels and len(split.qrels) == 8
-
-
+# (judged queries without a text: tests/test_data.py)
 def test_duplicate_doc_ids_warn_and_keep_the_first(tiny_beir, caplog):
     with open(tiny_beir / "corpus.jsonl", "a") as f:
         f.write(json.dumps({"_id": "d1", "title": "Impostor", "text": "not the cat"}) + "\n")
