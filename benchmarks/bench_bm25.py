@@ -46,7 +46,7 @@ def main() -> None:
                                "p95_ms": float(np.percentile(lat_ms, 95)), "qps": len(lat) / float(np.sum(lat))}
     print(f"\n{args.dataset}: {len(ds.corpus)} docs, {len(queries)} {args.split} queries, k={args.k}, "
           f"{args.threads} indexing threads, searches single-threaded")
-    print(f"| metric | flat | wp | wp / flat |\n|---|---|---|---|")
+    print("| metric | flat | wp | wp / flat |\n|---|---|---|---|")
     for key, label in (("build_s", "index build (s)"), ("p50_ms", "latency p50 (ms)"), ("p95_ms", "latency p95 (ms)"),
                        ("qps", "QPS, 1 thread")):
         f, w = results["flat"][key], results["wp"][key]

@@ -1,0 +1,206 @@
+"""One place that runs an evaluation: ``eval.py``, ``bm25aug.reproduce`` and Python users call it.
+
+A method is an entry in ``METHODS``: the index flavor it searches, how its searcher is made, and
+the methods to run beside it (``augmented`` brings both BM25 baselines, so that its latency and
+quality ratios compare like with like, in one process). Adding a method is adding an entry.
+
+    from bm25aug.experiment import EvalConfig, evaluate
+    result = evaluate(EvalConfig(dataset="scifact", method="bm25-flat"))
+    print(result.table()); result.metrics["bm25-flat"]["ndcg@10"]
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from bm25aug.errors import UserError
+
+log = logging.getLogger(__name__)
+# Relative to the working directory unless set, like Pyserini's indexes/ and runs/.
+CHECKPOINT_ROOT = Path(os.environ.get("BM25AUG_CHECKPOINT_ROOT", "checkpoints"))
+
+
+@dataclass
+class EvalConfig:
+    """What to evaluate; the defaults are Pyserini's BEIR settings."""
+
+    dataset: str
+    method: str = "bm25-wp"
+    split: str | None = None  # default: the dataset's evaluation split
+    checkpoint: str | None = None  # augmented: a model dir or a train.py output dir
+    transfer: bool = False  # zero-shot: without a checkpoint, use the dataset's default source model
+    k: int | None = None  # hits per query (default 1000; 100 for QA)
+    k1: float = 0.9
+    b: float = 0.4
+    runtime: str = "onnx-int8"  # the query encoder's runtime (augmented)
+    index_root: str | None = None
+    data_dir: str | None = None
+    threads: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))  # index builds
+
+
+@dataclass(frozen=True)
+class Method:
+    """A registry entry: ``searcher(index, config, checkpoint)`` returns an object with
+    ``search_arrays`` and ``hits`` (``BM25Searcher``, ``AugmentedSearcher``)."""
+
+    name: str
+    flavor: str
+    searcher: Callable
+    needs_checkpoint: bool = False
+    companions: tuple[str, ...] = ()
+
+
+def _bm25(index: Path, config: EvalConfig, checkpoint: Path | None):
+    from bm25aug.search import BM25Searcher
+
+    return BM25Searcher(index, config.k1, config.b)
+
+
+def _augmented(index: Path, config: EvalConfig, checkpoint: Path | None):
+    from bm25aug.search import AugmentedSearcher
+
+    return AugmentedSearcher.from_pretrained(checkpoint, index, config.k1, config.b, runtime=config.runtime)
+
+
+METHODS: dict[str, Method] = {m.name: m for m in (
+    Method("bm25-flat", "flat", _bm25),
+    Method("bm25-wp", "wp", _bm25),
+    Method("augmented", "wp", _augmented, needs_checkpoint=True, companions=("bm25-wp", "bm25-flat")),
+)}
+
+
+@dataclass
+class EvalResult:
+    """Metrics and runs per method (the asked-for method first), and where they came from."""
+
+    config: EvalConfig
+    dataset: str
+    split: str
+    method: str
+    checkpoint: Path | None
+    metrics: dict[str, dict]
+    runs: dict[str, dict]
+
+    def table(self) -> str:
+        return format_table(self.metrics)
+
+    def summary(self) -> dict:
+        """The asked-for method's metrics, plus the companions' p50 and main metric (``--json-out``)."""
+        out = dict(self.metrics[self.method], method=self.method, dataset=self.dataset, split=self.split,
+                   checkpoint=str(self.checkpoint) if self.checkpoint else None)
+        main_metric = "acc@5" if "acc@5" in out else "ndcg@10"
+        for name in METHODS[self.method].companions:
+            key = name.replace("-", "_")
+            out.update({f"latency_ms_p50_{key}": self.metrics[name]["latency_ms_p50"],
+                        f"{main_metric}_{key}": self.metrics[name][main_metric]})
+        return out
+
+
+def resolve_checkpoint(path: str | None, dataset_name: str, transfer: bool) -> Path:
+    """``--checkpoint`` (a model dir or a train.py output dir), else ``checkpoints/<source>/best``."""
+    from bm25aug.data import REGISTRY
+    from bm25aug.model import CONFIG_NAME
+
+    if path:
+        p = Path(path)
+        p = p / "best" if (p / "best").is_dir() else p
+        if not (p / CONFIG_NAME).exists():
+            raise UserError(f"{p} is not a bm25aug checkpoint (no {CONFIG_NAME}); fix: pass the directory "
+                            f"written by `python train.py` (e.g. checkpoints/<dataset>/best)")
+        return p
+    source = (REGISTRY[dataset_name].transfer_source if transfer and dataset_name in REGISTRY else dataset_name)
+    if source is None:
+        raise UserError(f"{dataset_name} has no default transfer source; fix: pass --checkpoint DIR")
+    default = CHECKPOINT_ROOT / source / "best"
+    if not default.is_dir():
+        raise UserError(f"no trained model at {default}; fix: run `python train.py --dataset {source}` "
+                        f"or pass --checkpoint DIR")
+    return default
+
+
+def timed_run(search, queries: dict[str, str], warmup: int = 10) -> tuple[dict, np.ndarray]:
+    """Search query by query on one thread, timing each (model inference included). ``search``
+    is a searcher's array path (``search_arrays``): what Lucene and the model cost, not the
+    building of Python hit objects."""
+    from bm25aug.progress import progress
+
+    for q in list(queries.values())[:warmup]:
+        search(q)
+    run, latencies = {}, []
+    for qid, q in progress(queries.items(), desc="search", unit="q", leave=False):
+        start = time.perf_counter()
+        run[qid] = search(q)
+        latencies.append(time.perf_counter() - start)
+    return run, np.asarray(latencies) * 1000
+
+
+def run_method(method: Method, config: EvalConfig, dataset, split, k: int, checkpoint: Path | None) -> tuple[dict, dict]:
+    """Metrics (quality, p50/p95 latency, added terms for augmented) and the run of one method."""
+    from bm25aug.evaluation import evaluate_split
+    from bm25aug.index import ensure_index
+    from bm25aug.search import mean_added_terms
+
+    index = ensure_index(dataset, method.flavor, config.index_root, threads=config.threads)
+    searcher = method.searcher(index, config, checkpoint)
+    extra = {}
+    if hasattr(searcher, "term_lists"):
+        texts = list(split.queries.values())
+        terms = searcher.term_lists(texts)
+        extra = {"aug_terms_mean": mean_added_terms(searcher.searcher, texts, terms),
+                 "query_terms_mean": float(np.mean([len(v) for v in terms])) if terms else 0.0}
+    tops, lat = timed_run(lambda q: searcher.search_arrays(q, k), split.queries)
+    run = {qid: searcher.hits(top) for qid, top in tops.items()}
+    metrics = evaluate_split(run, split, dataset.corpus)
+    metrics.update(latency_ms_p50=float(np.percentile(lat, 50)), latency_ms_p95=float(np.percentile(lat, 95)), **extra)
+    return metrics, run
+
+
+def evaluate(config: EvalConfig) -> EvalResult:
+    """Run ``config.method`` (and its companions) on the dataset's split, one query at a time."""
+    import torch
+
+    from bm25aug.data import load_dataset
+
+    if config.method not in METHODS:
+        raise UserError(f"unknown method {config.method!r}; fix: use one of {', '.join(METHODS)}")
+    torch.set_num_threads(1)  # latency is per query, single thread, model included
+    dataset = load_dataset(config.dataset, config.data_dir)
+    split_name = config.split or dataset.spec.eval_split
+    split = dataset.split(split_name)
+    method = METHODS[config.method]
+    checkpoint = resolve_checkpoint(config.checkpoint, dataset.name, config.transfer) if method.needs_checkpoint else None
+    k = config.k or (100 if dataset.is_qa else 1000)
+    metrics, runs = {}, {}
+    for name in (method.name, *method.companions):
+        log.info("evaluating %s on %s/%s (%d queries)", name, dataset.name, split_name, len(split.queries))
+        metrics[name], runs[name] = run_method(METHODS[name], config, dataset, split, k, checkpoint)
+    return EvalResult(config, dataset.name, split_name, method.name, checkpoint, metrics, runs)
+
+
+def score_run(config: EvalConfig, run_file: str | Path) -> dict:
+    """Metrics of an existing TREC run file on the dataset's split."""
+    from bm25aug.data import load_dataset
+    from bm25aug.evaluation import evaluate_split
+    from bm25aug.search import read_trec_run
+
+    dataset = load_dataset(config.dataset, config.data_dir)
+    split = dataset.split(config.split or dataset.spec.eval_split)
+    return evaluate_split(read_trec_run(run_file), split, dataset.corpus)
+
+
+def format_table(results: dict[str, dict]) -> str:
+    keys = [k for k in ("ndcg@10", "recall@100", "recall_cap@100", "mrr@10", "map", "acc@1", "acc@5", "acc@20",
+                        "acc@100", "latency_ms_p50", "latency_ms_p95", "aug_terms_mean")
+            if any(k in m for m in results.values())]
+    header = f"{'method':<12}" + "".join(f"{k:>15}" for k in keys)
+    rows = [header, "-" * len(header)]
+    for method, m in results.items():
+        rows.append(f"{method:<12}" + "".join(f"{m[k]:>15.4f}" if k in m else f"{'-':>15}" for k in keys))
+    return "\n".join(rows)
