@@ -86,13 +86,14 @@ def test_cli_errors_are_one_line(args, message, data_dir):
     assert out.stderr.strip().splitlines()[-1].startswith("error: ")
 
 
-@pytest.mark.parametrize("method,ndcg,recall", [("bm25-flat", 0.6789, 0.9253), ("bm25-wp", 0.6718, 0.9213)])
-def test_scifact_reproduces_pyserini_beir_regressions(method, ndcg, recall, scifact, tmp_path):
+@pytest.mark.parametrize("method", ["bm25-flat", "bm25-wp"])
+def test_scifact_run_file_rescoring(method, scifact, tmp_path):
+    """A run written by eval.py --output scores the same when read back by eval --run.
+    (The values themselves are checked against reproductions.yaml in tests/test_reproduce.py.)"""
     out = run_cli("eval.py", "--dataset", "scifact", "--method", method, "--json-out", str(tmp_path / "m.json"),
                   "--output", str(tmp_path / "run.trec"))
     assert out.returncode == 0, out.stderr
     m = json.loads((tmp_path / "m.json").read_text())
-    assert round(m["ndcg@10"], 4) == ndcg and round(m["recall@100"], 4) == recall
     assert m["num_queries"] == 300 and m["latency_ms_p50"] > 0
     rescored = run_cli("-m", "bm25aug.cli", "eval", "--dataset", "scifact", "--run", str(tmp_path / "run.trec"),
                        "--json-out", str(tmp_path / "r.json"))

@@ -1,0 +1,176 @@
+"""Re-run the README's results from ``reproductions.yaml`` and mark each as reproduced or not.
+
+    python -m bm25aug.reproduce [--only PATTERN] [--fast] [--out runs/reproduce]
+    python -m bm25aug.reproduce --write-readme      # regenerate the README's result blocks
+
+Each condition's command runs as it is written (``python eval.py ...`` with ``--json-out``
+added), in the repository root, so that what is checked is what a user types. Exits 1 when any
+metric misses its tolerance. The table is also written as Markdown and JSON under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from bm25aug.errors import UserError
+from bm25aug.io import atomic_write_text, write_json
+
+CONDITIONS_FILE = Path(__file__).with_name("reproductions.yaml")
+ROOT = Path(__file__).resolve().parents[1]
+METRIC_NAMES = {"ndcg@10": "nDCG@10", "recall@100": "R@100", "mrr@10": "MRR@10", "acc@5": "Acc@5",
+                "acc@20": "Acc@20", "acc@100": "Acc@100", "aug_terms_mean": "added terms / query"}
+
+
+@dataclass
+class Condition:
+    name: str
+    table: str
+    row: str
+    command: str
+    expected: dict[str, float]
+    tolerance: dict[str, float]
+    fast: bool = False
+    train: str | None = None
+    seeds: dict | None = None
+
+
+def load_conditions(path: Path = CONDITIONS_FILE) -> list[Condition]:
+    data = yaml.safe_load(path.read_text())
+    conditions = []
+    for raw in data["conditions"]:
+        tol = raw.get("tolerance", 0.0)
+        tolerance = tol if isinstance(tol, dict) else {m: float(tol) for m in raw["expected"]}
+        conditions.append(Condition(raw["name"], raw["table"], raw["row"], raw["command"],
+                                    {k: float(v) for k, v in raw["expected"].items()}, tolerance,
+                                    bool(raw.get("fast")), raw.get("train"), raw.get("seeds")))
+    return conditions
+
+
+def _run(command: str, extra: list[str]) -> None:
+    args = shlex.split(command)
+    if args[0] == "python":
+        args[0] = sys.executable
+    proc = subprocess.run([*args, *extra], cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise UserError(f"`{command}` failed ({tail}); fix: run it by hand to see why")
+
+
+def run_condition(condition: Condition) -> dict[str, float]:
+    """Train when needed, evaluate, and return the metrics the command wrote."""
+    if condition.train:
+        _run(condition.train, [])
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "metrics.json"
+        _run(condition.command, ["--json-out", str(out)])
+        return json.loads(out.read_text())
+
+
+def compare(condition: Condition, got: dict) -> list[dict]:
+    rows = []
+    for metric, expected in condition.expected.items():
+        value = got.get(metric)
+        tol = condition.tolerance.get(metric, 0.0)
+        ok = value is not None and abs(value - expected) <= tol + 1e-12
+        rows.append({"condition": condition.name, "metric": metric, "expected": expected, "got": value,
+                     "delta": None if value is None else value - expected, "tolerance": tol, "ok": ok})
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| condition | metric | expected | got | delta | tolerance | |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        got = "–" if r["got"] is None else f"{r['got']:.4f}"
+        delta = "–" if r["delta"] is None else f"{r['delta']:+.4f}"
+        lines.append(f"| {r['condition']} | {r['metric']} | {r['expected']:.4f} | {got} | {delta} | "
+                     f"±{r['tolerance']:g} | {'✔' if r['ok'] else '✘'} |")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------- README
+def readme_block(table: str, conditions: list[Condition]) -> str:
+    """The README table of one ``table`` name, from the expected values."""
+    members = [c for c in conditions if c.table == table]
+    metrics = list(dict.fromkeys(m for c in members for m in c.expected))
+    lines = ["| condition | " + " | ".join(METRIC_NAMES.get(m, m) for m in metrics) + " | command |",
+             "|---|" + "---|" * len(metrics) + "---|"]
+    for c in members:
+        cells = [_cell(c, m) for m in metrics]
+        lines.append(f"| {c.row} | " + " | ".join(cells) + f" | `{c.command}` |")
+    seeded = [c for c in members if c.seeds]
+    for c in seeded:
+        s = c.seeds["ndcg@10"]
+        lines.append("")
+        lines.append(f"{c.row}: over {len(s['runs'])} seeds ({', '.join(str(x) for x in c.seeds['seeds'])}), "
+                     f"nDCG@10 {s['mean']:.4f} ± {s['std']:.4f} (mean ± std; runs "
+                     f"{', '.join(f'{x:.4f}' for x in s['runs'])}). A single-seed difference smaller than "
+                     f"that spread is noise.")
+    return "\n".join(lines)
+
+
+def _cell(condition: Condition, metric: str) -> str:
+    if metric not in condition.expected:
+        return ""
+    value = condition.expected[metric]
+    return f"{value:.1f}" if metric == "aug_terms_mean" else f"{value:.4f}"
+
+
+_BLOCK = re.compile(r"<!-- reproductions:(?P<table>[\w-]+) -->\n(?:.*?\n)??<!-- /reproductions -->", re.S)
+
+
+def render_readme(text: str, conditions: list[Condition]) -> str:
+    """``text`` with every generated block replaced by what ``reproductions.yaml`` says now."""
+    return _BLOCK.sub(lambda m: f"<!-- reproductions:{m.group('table')} -->\n"
+                                f"{readme_block(m.group('table'), conditions)}\n<!-- /reproductions -->", text)
+
+
+# --------------------------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bm25aug.reproduce", description=__doc__.splitlines()[0])
+    p.add_argument("--only", help="glob over condition names, e.g. 'scifact/*' or 'scifact'")
+    p.add_argument("--fast", action="store_true", help="only the exact BM25 baselines (what CI runs)")
+    p.add_argument("--out", default="runs/reproduce", help="where the Markdown and JSON tables go")
+    p.add_argument("--write-readme", action="store_true", help="regenerate the README blocks and stop")
+    args = p.parse_args(argv)
+    try:
+        conditions = load_conditions()
+        if args.write_readme:
+            readme = ROOT / "README.md"
+            atomic_write_text(readme, render_readme(readme.read_text(), conditions))
+            print(f"rewrote the generated blocks of {readme}")
+            return 0
+        pattern = args.only if not args.only or any(ch in args.only for ch in "*?[") else f"{args.only}*"
+        chosen = [c for c in conditions if (not pattern or fnmatch.fnmatch(c.name, pattern)) and (c.fast or not args.fast)]
+        if not chosen:
+            raise UserError(f"no condition matches --only {args.only!r}; fix: use one of "
+                            f"{', '.join(c.name for c in conditions)}")
+        rows, start = [], time.perf_counter()
+        for condition in chosen:
+            print(f"running {condition.name} ...", flush=True)
+            rows += compare(condition, run_condition(condition))
+        table = markdown(rows)
+        print(table)
+        print(f"{sum(r['ok'] for r in rows)}/{len(rows)} reproduced in {time.perf_counter() - start:.0f} s")
+        out = Path(args.out)
+        atomic_write_text(out / "reproduce.md", table + "\n")
+        write_json(out / "reproduce.json", rows)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
