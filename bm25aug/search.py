@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from bm25aug.progress import progress
-
 from bm25aug.errors import UserError
-from bm25aug.io import atomic_write_text, read_lines
 from bm25aug.index import IndexMeta, check_vocab
+from bm25aug.io import atomic_write_text, read_lines
 from bm25aug.lucene import EMPTY, LuceneIndex, TopK
+from bm25aug.progress import progress
 from bm25aug.tokenization import load_tokenizer, query_term_counts
 
 log = logging.getLogger(__name__)
@@ -94,7 +93,7 @@ class BM25Searcher:
 
 def mean_added_terms(searcher: BM25Searcher, queries: list[str], term_lists: list[dict[str, float]]) -> float:
     """Average number of terms per query that are not among the query's own WordPiece terms."""
-    added = [sum(1 for t in terms if t not in searcher.query_terms(q)) for q, terms in zip(queries, term_lists)]
+    added = [len(terms.keys() - searcher.query_terms(q).keys()) for q, terms in zip(queries, term_lists)]
     return float(sum(added) / len(added)) if added else 0.0
 
 
