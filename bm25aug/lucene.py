@@ -50,6 +50,7 @@ class _Java:
             self.bag_of_words = jclass("io.anserini.search.query.BagOfWordsQueryGenerator")()
             self.english = jclass("io.anserini.index.IndexCollection").DEFAULT_ANALYZER
             self.search = _search_handle(cls, self.Integer.TYPE)
+            self.analyzed_warm = False
             self.BM25 = jclass("org.apache.lucene.search.similarities.BM25Similarity")
 
 
@@ -201,9 +202,15 @@ class LuceneIndex:
             return self.j.QueryParser(field, self.j.whitespace).parse(text)
 
     def analyzed_query(self, text: str, field: str = FIELD):
-        """Pyserini's default query for a flat index: the English analyzer's terms, boosted by count."""
-        with JNI_LOCK:
-            return self.j.bag_of_words.buildQuery(field, self.j.english, text)
+        """Pyserini's default query for a flat index: the English analyzer's terms, boosted by count.
+        The generator is a process-wide singleton (its target never changes), so after the first
+        call, which resolves the returned classes under the lock, it runs without the lock."""
+        if not self.j.analyzed_warm:
+            with JNI_LOCK:
+                query = self.j.bag_of_words.buildQuery(field, self.j.english, text)
+                self.j.analyzed_warm = True
+                return query
+        return self.j.bag_of_words.buildQuery(field, self.j.english, text)
 
     # ----------------------------------------------------------------------------------- search
     def _top(self, query, n: int) -> tuple[np.ndarray, np.ndarray]:
