@@ -13,7 +13,7 @@ that every evaluation tool keeps its order (``ScoreTiesAdjusterReranker``); ``an
 Threads: pyjnius stores the target object on a method shared by all instances of a class, so two
 threads calling the same method on different objects can swap targets (pyjnius #287, #563). Every
 call here holds ``JNI_LOCK`` except the search, which goes through one ``MethodHandle`` per
-process: its target never changes, so Lucene runs
+process, and the flat query generator, one instance per process: their targets never change, so Lucene runs
 without the lock (and without the GIL) and batch search scales with threads.
 """
 
