@@ -34,7 +34,7 @@ from filelock import FileLock
 from bm25aug.errors import UserError
 from bm25aug.io import atomic_dir, atomic_write_bytes, temp_sibling
 from bm25aug.java import JNI_LOCK, jclass
-from bm25aug.lucene import FIELD, write_docids
+from bm25aug.lucene import FIELD, open_reader, read_docids, write_docids
 from bm25aug.tokenization import load_tokenizer, tokenize_batch, tokenizer_name, vocab_hash
 
 log = logging.getLogger(__name__)
@@ -192,12 +192,10 @@ def read_term_matrix(index_dir: str | Path) -> TermMatrix:
         z = np.load(cache, allow_pickle=False)
         tf = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"]))
         return TermMatrix(tf, z["docids"].tolist(), z["terms"].tolist(), z["doc_freq"])
-    reader = jclass("org.apache.lucene.index.DirectoryReader").open(
-        jclass("org.apache.lucene.store.FSDirectory").open(jclass("java.nio.file.Paths").get(str(index_dir))))
+    reader = open_reader(index_dir)
     try:
         n = reader.maxDoc()
-        stored = reader.storedFields()
-        docids = [stored.document(i).get("id") for i in progress(range(n), desc="read doc ids", unit="doc")]
+        docids = read_docids(index_dir, reader).tolist()
         freqs_flag = jclass("org.apache.lucene.index.PostingsEnum").FREQS
         no_more = jclass("org.apache.lucene.search.DocIdSetIterator").NO_MORE_DOCS
         rows, cols, vals, columns, dfs = [], [], [], {}, {}

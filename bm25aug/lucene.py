@@ -50,7 +50,8 @@ class _Java:
             self.bag_of_words = jclass("io.anserini.search.query.BagOfWordsQueryGenerator")()
             self.english = jclass("io.anserini.index.IndexCollection").DEFAULT_ANALYZER
             self.search = _search_handle(cls, self.Integer.TYPE)
-            self.analyzed_warm = False
+            # Whether each unlocked call has run once under the lock (which resolves its classes).
+            self.search_warm = self.analyzed_warm = False
             self.BM25 = jclass("org.apache.lucene.search.similarities.BM25Similarity")
 
 
@@ -179,8 +180,7 @@ class LuceneIndex:
         with JNI_LOCK:
             from jnius import cast
 
-            directory = jclass("org.apache.lucene.store.FSDirectory").open(jclass("java.nio.file.Paths").get(str(self.path)))
-            self.reader = jclass("org.apache.lucene.index.DirectoryReader").open(directory)
+            self.reader = open_reader(self.path)
             self.searcher = jclass("org.apache.lucene.search.IndexSearcher")(
                 cast("org.apache.lucene.index.IndexReader", self.reader))
             self.searcher.setSimilarity(self.j.BM25(float(k1), float(b)))
@@ -188,7 +188,6 @@ class LuceneIndex:
         self.docids = read_docids(self.path, self.reader)
         self.id_rank = np.empty(len(self.docids), np.int64)
         self.id_rank[np.argsort(self.docids.astype(str), kind="stable")] = np.arange(len(self.docids))
-        self._warm = False
 
     def close(self) -> None:
         with JNI_LOCK:
@@ -221,8 +220,8 @@ class LuceneIndex:
             args.add(query)
             args.add(self.j.Integer(n))
             # The first call resolves the classes it returns; keep that under the lock too.
-            pairs = None if self._warm else self.j.search.invokeWithArguments(args)
-            self._warm = True
+            pairs = None if self.j.search_warm else self.j.search.invokeWithArguments(args)
+            self.j.search_warm = True
         if pairs is None:
             pairs = self.j.search.invokeWithArguments(args)
         pairs = np.frombuffer(bytes(pairs), dtype=_PAIRS)
@@ -241,6 +240,13 @@ class LuceneIndex:
             n *= 4
         order = anserini_order(docs, raw, self.id_rank)[:k]
         return TopK(docs[order], anserini_scores(raw[order]))
+
+
+def open_reader(index_dir: str | Path):
+    """A Lucene ``DirectoryReader`` over the index folder (close it when done)."""
+    with JNI_LOCK:
+        directory = jclass("org.apache.lucene.store.FSDirectory").open(jclass("java.nio.file.Paths").get(str(index_dir)))
+        return jclass("org.apache.lucene.index.DirectoryReader").open(directory)
 
 
 def read_docids(index_dir: Path, reader) -> np.ndarray:
@@ -264,9 +270,7 @@ def read_docids(index_dir: Path, reader) -> np.ndarray:
 
 def write_docids(index_dir: Path) -> None:
     """Save the id table into a freshly built index (it is read on every open)."""
-    with JNI_LOCK:
-        directory = jclass("org.apache.lucene.store.FSDirectory").open(jclass("java.nio.file.Paths").get(str(index_dir)))
-        reader = jclass("org.apache.lucene.index.DirectoryReader").open(directory)
+    reader = open_reader(index_dir)
     try:
         ids = read_docids(index_dir, reader)
     finally:
