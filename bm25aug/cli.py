@@ -56,11 +56,12 @@ def cmd_train(args) -> None:
     overrides.update(use_weights=not args.no_weights, use_augmentation=not args.no_augmentation,
                      output_dir=args.output_dir or str(CHECKPOINT_ROOT / dataset.name))
     config = TrainConfig.for_dataset(dataset.name, **{k: v for k, v in overrides.items() if k != "dataset"})
-    wp = ensure_index(dataset, "wp", args.index_root, threads=args.threads)
-    result = Trainer(config, dataset, wp, resume=args.resume).train()
-    reference = result["history"][0]  # epoch 0: plain BM25 wp on the dev queries
+    index = ensure_index(dataset, config.target, args.index_root, threads=args.threads)
+    result = Trainer(config, dataset, index, resume=args.resume).train()
+    reference = result["history"][0]  # epoch 0: plain BM25 on the target's index, same dev queries
     print(f"best dev {reference['dev_metric_name']}: {result['best_dev_metric']:.4f} "
-          f"(BM25 wp on the same dev queries: {reference['dev_metric']:.4f}); model: {config.output_dir}/best")
+          f"(BM25 {config.target} on the same dev queries: {reference['dev_metric']:.4f}); "
+          f"model: {config.output_dir}/best")
 
 
 # ----------------------------------------------------------------------------------------- eval
@@ -131,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, typ in (("epochs", int), ("batch_size", int), ("lr", float), ("head_lr", float), ("lam", float),
                       ("hard_negatives", int), ("negative_depth", int), ("seed", int), ("dev_size", int)):
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=typ, help="default: the dataset's preset")
+    p.add_argument("--target", choices=["wp", "flat"],
+                   help="the index the model serves: wp (WordPiece, the paper's) or flat (Lucene's English "
+                        "analyzer, Pyserini's stock BEIR/MS MARCO indexes); default: the dataset's preset")
     p.add_argument("--uniform-l1", action="store_true", help="ablation: uniform L1 instead of sqrt(df/N)")
     p.add_argument("--no-weights", action="store_true", help="ablation: no per-token weights w")
     p.add_argument("--no-augmentation", action="store_true", help="ablation: a ≡ 0 (reweighting only)")

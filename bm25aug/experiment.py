@@ -51,7 +51,7 @@ class Method:
     ``search_arrays`` and ``hits`` (``BM25Searcher``, ``AugmentedSearcher``)."""
 
     name: str
-    flavor: str
+    flavor: str  # the index it searches; "target": the checkpoint's (wp or flat)
     searcher: Callable
     needs_checkpoint: bool = False
     companions: tuple[str, ...] = ()
@@ -72,7 +72,7 @@ def _augmented(index: Path, config: EvalConfig, checkpoint: Path | None):
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("bm25-flat", "flat", _bm25),
     Method("bm25-wp", "wp", _bm25),
-    Method("augmented", "wp", _augmented, needs_checkpoint=True, companions=("bm25-wp", "bm25-flat")),
+    Method("augmented", "target", _augmented, needs_checkpoint=True, companions=("bm25-wp", "bm25-flat")),
 )}
 
 
@@ -101,6 +101,17 @@ class EvalResult:
             out.update({f"latency_ms_p50_{key}": self.metrics[name]["latency_ms_p50"],
                         f"{main_metric}_{key}": self.metrics[name][main_metric]})
         return out
+
+
+def index_flavor(method: Method, checkpoint: Path | None) -> str:
+    """The index flavor ``method`` searches (for augmented: the one its checkpoint was trained for)."""
+    import json
+
+    from bm25aug.model import CONFIG_NAME
+
+    if method.flavor != "target":
+        return method.flavor
+    return json.loads((checkpoint / CONFIG_NAME).read_text()).get("target", "wp")
 
 
 def resolve_checkpoint(path: str | None, dataset_name: str, transfer: bool) -> Path:
@@ -147,7 +158,7 @@ def run_method(method: Method, config: EvalConfig, dataset, split, k: int, check
     from bm25aug.index import ensure_index
     from bm25aug.search import mean_added_terms
 
-    index = ensure_index(dataset, method.flavor, config.index_root, threads=config.threads)
+    index = ensure_index(dataset, index_flavor(method, checkpoint), config.index_root, threads=config.threads)
     searcher = method.searcher(index, config, checkpoint)
     extra = {}
     if hasattr(searcher, "term_lists"):

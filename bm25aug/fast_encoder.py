@@ -20,12 +20,11 @@ import os
 import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from bm25aug.errors import UserError
 from bm25aug.io import atomic_dir
-from bm25aug.model import WEIGHTS_NAME, QueryAugmenter, term_lists
+from bm25aug.model import WEIGHTS_NAME, QueryAugmenter
 
 log = logging.getLogger(__name__)
 RUNTIMES = ("onnx-int8", "torch-int8", "torch-fp32")
@@ -33,7 +32,7 @@ ONNX_DIR = "onnx"
 ONNX_FILE = "model.int8.onnx"
 SOURCE_FILE = "source.json"
 # Bumped whenever export_onnx changes what it writes, so that older exports are made again.
-RECIPE = "eager attention, onnxruntime bert fusion, dynamic int8 per channel"
+RECIPE = "outputs w and a; eager attention, onnxruntime bert fusion, dynamic int8 per channel"
 CACHE_DIR = Path(os.environ.get("BM25AUG_CACHE", Path.home() / ".cache" / "bm25aug")) / "onnx"
 
 
@@ -45,15 +44,17 @@ def weights_hash(checkpoint: Path) -> str:
     return h.hexdigest()[:16]
 
 
-class _BoostsGraph(torch.nn.Module):
-    """The model's forward pass as ONNX sees it: token ids and mask in, boosts out."""
+class _OutputsGraph(torch.nn.Module):
+    """The model's forward pass as ONNX sees it: token ids and mask in, w and a out (the target
+    turns them into terms, outside the graph, exactly as for the torch model)."""
 
     def __init__(self, model: QueryAugmenter):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.model(input_ids, attention_mask).boosts
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.model(input_ids, attention_mask)
+        return out.token_weights, out.augmentation
 
 
 def export_onnx(model: QueryAugmenter, folder: Path, source: str) -> Path:
@@ -69,11 +70,12 @@ def export_onnx(model: QueryAugmenter, folder: Path, source: str) -> Path:
         try:
             with warnings.catch_warnings(), torch.inference_mode():
                 warnings.simplefilter("ignore")  # tracer warnings about data-dependent shapes
-                torch.onnx.export(_BoostsGraph(model.eval()), (sample["input_ids"], sample["attention_mask"]),
+                torch.onnx.export(_OutputsGraph(model.eval()), (sample["input_ids"], sample["attention_mask"]),
                                   str(tmp / "model.fp32.onnx"), input_names=["input_ids", "attention_mask"],
-                                  output_names=["boosts"], opset_version=17, dynamo=False,
+                                  output_names=["token_weights", "augmentation"], opset_version=17, dynamo=False,
                                   dynamic_axes={"input_ids": {0: "batch", 1: "tokens"},
-                                                "attention_mask": {0: "batch", 1: "tokens"}, "boosts": {0: "batch"}})
+                                                "attention_mask": {0: "batch", 1: "tokens"},
+                                                "token_weights": {0: "batch", 1: "tokens"}, "augmentation": {0: "batch"}})
         finally:
             model.encoder.config._attn_implementation = saved
         # Fuse attention, layer norms and GELU into ONNX Runtime's BERT kernels, then quantize every
@@ -102,17 +104,14 @@ class OnnxQueryEncoder:
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        self.config, self.tokenizer = model.config, model.tokenizer
-        self.special = model.special.numpy()
+        self.config, self.tokenizer, self.target = model.config, model.tokenizer, model.target
 
     def encode(self, queries: list[str]) -> list[dict[str, float]]:
         if not queries:
             return []
-        enc = self.tokenizer(queries, padding=True, truncation=True, max_length=self.config.max_query_length,
-                             return_tensors="np")
-        ids, mask = enc["input_ids"].astype(np.int64), enc["attention_mask"].astype(np.int64)
-        boosts = self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
-        return term_lists(boosts, ids, mask, self.special, self.tokenizer)
+        batch = self.target.batch(queries)
+        w, a = self.session.run(None, {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask})
+        return self.target.term_lists(batch, w, a)
 
 
 def onnx_path(checkpoint: Path, model: QueryAugmenter) -> Path:

@@ -1,7 +1,9 @@
 """The query augmenter: a BERT-family encoder with the paper's two heads.
 
 ``a(q) = ReLU(W h_CLS)`` over the whole vocabulary and ``w(q)_i = ReLU(u·h_i)`` per query token.
-How these become one boost per vocabulary entry (our choice; the paper leaves it open):
+How these become boosted terms of an index (our choice; the paper leaves it open) is the
+target's job (``bm25aug.targets``): ``wp`` (the paper's WordPiece index) or ``flat`` (Lucene's
+English analyzer, Pyserini's stock "flat" index). For ``wp``:
 
 * query term t (repeated n times): ``boost_t = (sum of w_i over its n positions) * (1 + a_t)``,
   so with ``w ≡ 1, a ≡ 0`` a repeated token gets boost n, exactly the ``bm25-wp`` baseline;
@@ -25,7 +27,6 @@ import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -50,29 +51,16 @@ class AugmenterConfig:
     pooling: str = "cls"  # query vector for a(q): "cls" (paper) or "mean" (sentence-transformers encoders)
     aug_init: str = "embeddings"  # "embeddings": W starts as the word-embedding matrix; "random": N(0, 0.02)
     aug_init_bias: float = -1.0  # with tied init, only tokens close to the query start above zero
+    target: str = "wp"  # the index the boosts are for: "wp" (the paper's) or "flat" (bm25aug.targets)
 
 
 @dataclass
-class QueryBoosts:
-    """One forward pass: boosts ``w ⊙ (bow + a)`` (B x V), and ``a`` (B x V) for the regularizer."""
+class QueryOutput:
+    """One forward pass: ``w`` per token position (B x L, 0 on [CLS]/[SEP]/[UNK]/padding) and
+    ``a`` over the vocabulary (B x V, 0 on special tokens). A target turns them into boosts."""
 
-    boosts: torch.Tensor
+    token_weights: torch.Tensor
     augmentation: torch.Tensor
-    bow: torch.Tensor
-
-
-def term_lists(boosts: np.ndarray, input_ids: np.ndarray, attention_mask: np.ndarray, special: np.ndarray,
-               tokenizer) -> list[dict[str, float]]:
-    """Rows of boosts (queries x vocabulary) as ``{token: boost}`` with the zeros dropped; shared by
-    every encoder so that they differ only in the numbers. A query with no real token (only [UNK],
-    e.g. emoji or an unknown script) has nothing to search for: BM25 finds nothing, and so must
-    a(q), which would otherwise invent terms."""
-    has_terms = ((attention_mask > 0) & ~special[input_ids]).any(axis=1)
-    result = []
-    for row, keep in zip(boosts, has_terms.tolist()):
-        ids = np.flatnonzero(row > 0) if keep else []
-        result.append(dict(zip(tokenizer.convert_ids_to_tokens(list(map(int, ids))), row[ids].tolist())))
-    return result
 
 
 def resolve_encoder(name: str | None):
@@ -136,19 +124,23 @@ class QueryAugmenter(nn.Module):
         return self.tokenizer(queries, padding=True, truncation=True, max_length=self.config.max_query_length,
                               return_tensors="pt")
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> QueryBoosts:
+    @property
+    def target(self):
+        """The ``bm25aug.targets`` object for ``config.target`` (built once: flat loads its term map)."""
+        from bm25aug.targets import make_target
+
+        if getattr(self, "_target", None) is None:
+            self._target = make_target(self.config.target, self.tokenizer, self.config.max_query_length)
+        return self._target
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> QueryOutput:
         hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        batch, vocab = input_ids.shape[0], self.config.vocab_size
         real = attention_mask.bool() & ~self.special[input_ids]  # query tokens, not [CLS]/[SEP]/[UNK]
         if self.config.use_weights:
             w = torch.relu(self.weight_head(hidden).squeeze(-1))
         else:
             w = torch.ones_like(input_ids, dtype=hidden.dtype)
         w = w * real
-        # Sum token weights (and counts) per vocabulary entry: repeated tokens add up.
-        term_w = torch.zeros(batch, vocab, dtype=hidden.dtype, device=hidden.device).scatter_add(1, input_ids, w)
-        bow = torch.zeros(batch, vocab, dtype=hidden.dtype, device=hidden.device).scatter_add(
-            1, input_ids, real.to(hidden.dtype)).clamp(max=1.0)
         if self.config.use_augmentation:
             if self.config.pooling == "mean":
                 pooled = (hidden * attention_mask.unsqueeze(-1)).sum(1) / attention_mask.sum(1, keepdim=True)
@@ -158,19 +150,17 @@ class QueryAugmenter(nn.Module):
             # quantization covers (a Gemm it does not); the numbers are the same.
             a = torch.relu(self.aug_head(pooled.unsqueeze(1)).squeeze(1)).masked_fill(self.special, 0.0)
         else:
-            a = torch.zeros(batch, vocab, dtype=hidden.dtype, device=hidden.device)
-        boosts = torch.where(bow > 0, term_w * (1 + a), a)
-        return QueryBoosts(boosts, a, bow)
+            a = torch.zeros(input_ids.shape[0], self.config.vocab_size, dtype=hidden.dtype, device=hidden.device)
+        return QueryOutput(w, a)
 
     @torch.inference_mode()
     def encode(self, queries: list[str]) -> list[dict[str, float]]:
-        """Weighted term lists ``{token: boost}`` (zeros dropped), one per query."""
+        """Weighted term lists ``{term: boost}`` (zeros dropped) of the target's index, one per query."""
         if not queries:
             return []
-        enc = self.tokenize(queries)
-        out = self(enc["input_ids"], enc["attention_mask"])
-        return term_lists(out.boosts.float().numpy(), enc["input_ids"].numpy(), enc["attention_mask"].numpy(),
-                          self.special.numpy(), self.tokenizer)
+        batch = self.target.batch(queries)
+        out = self(torch.from_numpy(batch.input_ids), torch.from_numpy(batch.attention_mask))
+        return self.target.term_lists(batch, out.token_weights.float().numpy(), out.augmentation.float().numpy())
 
     def quantized(self) -> "QueryAugmenter":
         """int8 dynamic quantization of every Linear layer, for CPU search: about half the

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,9 +59,12 @@ class BM25Searcher:
         return self.index.num_docs
 
     def query_terms(self, query: str) -> dict[str, float]:
-        """WordPiece terms of ``query`` with their counts as weights (``wp`` indexes only)."""
+        """The index's terms of ``query`` with their counts as weights: WordPiece tokens (``wp``),
+        or the English analyzer's terms (``flat``, the terms Pyserini's bm25-flat query counts)."""
         if self.tokenizer is None:
-            raise UserError(f"{self.index_dir} is a flat index; weighted term queries need a wp index")
+            from bm25aug.analysis import analyze
+
+            return {t: float(c) for t, c in Counter(analyze(check_query(query))).items()}
         return {t: float(c) for t, c in query_term_counts(self.tokenizer, check_query(query)).items()}
 
     def search_arrays(self, query: str, k: int = 1000) -> TopK:
@@ -171,15 +175,18 @@ class AugmentedQuery:
 
 
 class AugmentedSearcher:
-    """BM25 over a ``wp`` index with queries rewritten by a trained ``QueryAugmenter``.
+    """BM25 with queries rewritten by a trained ``QueryAugmenter``, over the index of its target
+    (``wp``, or ``flat``: Lucene's English analyzer, as Pyserini's prebuilt indexes).
 
     Documents are never re-encoded: each query becomes boosted term queries on the stock index.
     """
 
     def __init__(self, model, searcher: BM25Searcher, top_k: int | None = None, threshold: float = 0.0):
-        if searcher.meta.flavor != "wp":
-            raise UserError(f"{searcher.index_dir} is a {searcher.meta.flavor} index; fix: use the dataset's wp index")
-        if model.config.vocab_hash and model.config.vocab_hash != searcher.meta.vocab_hash:
+        target = model.config.target
+        if searcher.meta.flavor != target:
+            raise UserError(f"{searcher.index_dir} is a {searcher.meta.flavor} index but the model was trained for "
+                            f"{target} indexes; fix: use the dataset's {target} index")
+        if target == "wp" and model.config.vocab_hash and model.config.vocab_hash != searcher.meta.vocab_hash:
             raise UserError(f"the checkpoint was trained against vocabulary {model.config.vocab_hash} but "
                             f"{searcher.index_dir} has {searcher.meta.vocab_hash}; fix: use a wp index built "
                             f"with the checkpoint's tokenizer")

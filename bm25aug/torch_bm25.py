@@ -64,13 +64,17 @@ class BM25Params:
 
 
 class TorchBM25:
-    """Sparse ``f(d)`` and dense ``idf`` over the tokenizer vocabulary, read from a ``wp`` index."""
+    """Sparse ``f(d)`` and dense ``idf`` over term columns: the tokenizer vocabulary (``vocab``,
+    for a ``wp`` index), or the index's own terms (``vocab=None``, e.g. a ``flat`` index)."""
 
-    def __init__(self, index_dir, vocab: dict[str, int], params: BM25Params | None = None):
+    def __init__(self, index_dir, vocab: dict[str, int] | None, params: BM25Params | None = None):
         self.params = params or BM25Params()
         tm = read_term_matrix(index_dir)
         self.docids = tm.docids
         self.doc_index = {d: i for i, d in enumerate(tm.docids)}
+        vocab = vocab if vocab is not None else {t: i for i, t in enumerate(tm.terms)}
+        self.columns = vocab  # term -> column of the score's query side
+        self.terms = [t for t, _ in sorted(vocab.items(), key=lambda tc: tc[1])]  # column -> term
         n_docs, vocab_size = tm.tf.shape[0], max(vocab.values()) + 1
         # Index term column -> vocabulary id (terms outside the vocabulary cannot be predicted).
         col_to_vocab = np.asarray([vocab.get(t, -1) for t in tm.terms])

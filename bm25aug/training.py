@@ -52,7 +52,7 @@ class TrainConfig:
     use_augmentation: bool = True  # ablation: a ≡ 0 (reweighting only)
     bag_of_words: bool = False  # ablation: score with bow(d), no idf or tf saturation
     hard_negatives: int = 1  # per query per step
-    negative_depth: int = 30  # mined from the top of BM25 (wp), judged positives excluded
+    negative_depth: int = 30  # mined from the top of BM25 on the target's index, judged positives excluded
     max_query_length: int = 64
     dev_size: int = 100  # size of the seeded train slice when the dataset has no dev split
     dev_depth: int = 100
@@ -60,6 +60,7 @@ class TrainConfig:
     k1: float = 0.9
     b: float = 0.4
     threads: int = 2
+    target: str = "wp"  # the index the model serves: "wp" (the paper's WordPiece index) or "flat"
 
     @classmethod
     def for_dataset(cls, dataset: str, **overrides) -> "TrainConfig":
@@ -80,18 +81,22 @@ PRESETS: dict[str, dict] = {
 
 
 class AugmentationLoss(nn.Module):
-    """``-log softmax(score(q, d+))`` over positive, hard and in-batch negatives, + ``λ·penaltyᵀa``."""
+    """``-log softmax(score(q, d+))`` over positive, hard and in-batch negatives, + ``λ·penaltyᵀa``.
 
-    def __init__(self, bm25: TorchBM25, lam: float, uniform_l1: bool):
+    The penalty of a vocabulary entry is ``sqrt(df/N)`` of the index term it reaches (through the
+    target's map for ``flat``)."""
+
+    def __init__(self, bm25: TorchBM25, cmap, lam: float, uniform_l1: bool):
         super().__init__()
-        h = bm25.df / bm25.num_docs
+        h = cmap.vocab_df(bm25.df) / bm25.num_docs
         # Terms the index lacks can never match: they get the full penalty so a(q) drops them.
         penalty = torch.ones_like(h) if uniform_l1 else torch.where(h > 0, h.sqrt(), torch.ones_like(h))
         self.register_buffer("penalty", penalty)
         self.bm25, self.lam = bm25, lam
 
-    def forward(self, out, doc_rows: list[int], targets: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        scores = self.bm25.score(out.boosts, doc_rows).masked_fill(mask, float("-inf"))
+    def forward(self, out, boosts: torch.Tensor, doc_rows: list[int], targets: torch.Tensor,
+                mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        scores = self.bm25.score(boosts, doc_rows).masked_fill(mask, float("-inf"))
         rank = nn.functional.cross_entropy(scores, targets)
         reg = (out.augmentation * self.penalty).sum(dim=1).mean()
         return {"loss": rank + self.lam * reg, "rank": rank.detach(), "reg": reg.detach()}
@@ -107,7 +112,7 @@ class Example:
 
 def mine_hard_negatives(searcher: BM25Searcher, bm25: TorchBM25, split: Split, dataset: Dataset, depth: int,
                         threads: int) -> dict[str, list[str]]:
-    """Top-``depth`` BM25 (wp) documents that are not judged positive (nor contain an answer)."""
+    """Top-``depth`` BM25 documents (on the target's index) that are not judged positive (nor contain an answer)."""
     qids = [q for q in split.queries if split.qrels.get(q)]
     runs = parallel_map(lambda q: searcher.search(q, depth + 20), [split.queries[q] for q in qids], qids, threads,
                         desc="mine hard negatives")
@@ -129,7 +134,8 @@ def build_examples(split: Split, negatives: dict[str, list[str]], bm25: TorchBM2
 
 
 class Trainer:
-    def __init__(self, config: TrainConfig, dataset: Dataset, wp_index: Path, resume: bool = False):
+    def __init__(self, config: TrainConfig, dataset: Dataset, index: Path, resume: bool = False):
+        """``index``: the dataset's index of ``config.target``'s flavor."""
         if not config.output_dir:
             raise UserError("no output directory; fix: pass --output-dir DIR")
         self.config, self.dataset, self.out = config, dataset, Path(config.output_dir)
@@ -142,12 +148,14 @@ class Trainer:
         else:
             self.model = QueryAugmenter.from_encoder(
                 config.encoder, use_weights=config.use_weights, use_augmentation=config.use_augmentation,
-                max_query_length=config.max_query_length)
-        self.searcher = BM25Searcher(wp_index, config.k1, config.b, tokenizer=self.model.tokenizer)
+                max_query_length=config.max_query_length, target=config.target)
+        self.searcher = BM25Searcher(index, config.k1, config.b, tokenizer=self.model.tokenizer)
         self.model.config.vocab_hash = self.searcher.meta.vocab_hash or self.model.config.vocab_hash
-        self.bm25 = TorchBM25(wp_index, self.model.tokenizer.get_vocab(),
+        self.bm25 = TorchBM25(index, self.model.tokenizer.get_vocab() if config.target == "wp" else None,
                               BM25Params(config.k1, config.b, bag_of_words=config.bag_of_words))
-        self.loss = AugmentationLoss(self.bm25, config.lam, config.uniform_l1)
+        self.target = self.model.target
+        self.cmap = self.target.columns(self.bm25)
+        self.loss = AugmentationLoss(self.bm25, self.cmap, config.lam, config.uniform_l1)
         train, self.dev, dev_how = dataset.train_dev(config.dev_size, config.seed)
         write_json(self.out / "dev_split.json", {"how": dev_how, "qids": sorted(self.dev.queries)})
         negatives = self._negatives(train)
@@ -166,8 +174,9 @@ class Trainer:
                             f"or choose another --output-dir")
         if resume and saved.exists():
             old = json.loads(saved.read_text())
+            # A setting the saved run predates had its default then.
             changed = [f.name for f in fields(TrainConfig) if f.name not in ("epochs", "threads")
-                       and old.get(f.name) != getattr(self.config, f.name)]
+                       and old.get(f.name, f.default) != getattr(self.config, f.name)]
             if changed:
                 raise UserError(f"--resume with settings that differ from the saved run ({', '.join(changed)}); "
                                 f"fix: rerun with the same settings or a new --output-dir")
@@ -205,7 +214,7 @@ class Trainer:
         # epochs that last/ committed, so the resumed log holds each epoch once.
         history = [h for h in _read_jsonl(log_path) if h["epoch"] <= state["epoch"]] if self.resume else []
         if not history:
-            # Epoch 0 is the reference: plain BM25 (wp) on the same dev queries.
+            # Epoch 0 is the reference: plain BM25 (on the target's index) on the same dev queries.
             history = [{"epoch": 0, "step": 0, **self.evaluate_dev(baseline=True)}]
         write_jsonl(log_path, history)
         for epoch in range(state["epoch"], c.epochs):
@@ -245,9 +254,10 @@ class Trainer:
         # A document judged positive for a query is no negative for it, wherever it sits in the batch.
         mask = torch.tensor([[j != i and r in self.qrels_rows[e.qid] for j, r in enumerate(rows)]
                              for i, e in enumerate(batch)])
-        enc = self.model.tokenize(queries)
-        out = self.model(enc["input_ids"], enc["attention_mask"])
-        parts = self.loss(out, rows, torch.arange(len(batch)), mask)
+        qb = self.target.batch(queries)
+        out = self.model(torch.from_numpy(qb.input_ids), torch.from_numpy(qb.attention_mask))
+        boosts = self.target.boosts(qb, out.token_weights, out.augmentation, self.cmap)
+        parts = self.loss(out, boosts, rows, torch.arange(len(batch)), mask)
         self.optimizer.zero_grad(set_to_none=True)
         parts["loss"].backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
@@ -326,7 +336,7 @@ def plot_curves(history: list[dict], path: Path) -> None:
     ax1.set_ylabel("training loss")
     ax1.legend()
     ax2.plot(epochs, [h["dev_metric"] for h in history], "o-", color="C2")
-    ax2.set_xlabel("epoch (0: plain BM25 wp)")
+    ax2.set_xlabel("epoch (0: plain BM25)")
     ax2.set_ylabel(f"dev {history[0]['dev_metric_name']}")
     ax3 = ax2.twinx()
     ax3.plot(epochs, [h["dev_aug_terms"] for h in history], "x:", color="C3")

@@ -81,7 +81,22 @@ def scifact_wp(scifact):
 
 
 @pytest.fixture(scope="session")
+def scifact_flat(scifact):
+    from bm25aug.index import ensure_index
+
+    return ensure_index(scifact, "flat")
+
+
+@pytest.fixture(scope="session")
 def offline_model():
     from bm25aug.model import QueryAugmenter
 
     return QueryAugmenter.from_encoder()
+
+
+@pytest.fixture(scope="session")
+def flat_model():
+    """An untrained model for the flat target (w ≡ 1 at init; a from the tied init)."""
+    from bm25aug.model import QueryAugmenter
+
+    return QueryAugmenter.from_encoder(target="flat").eval()

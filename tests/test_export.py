@@ -23,11 +23,12 @@ def plain_pyserini_search(index_dir, vector: dict[str, float], k: int):
     return [(h.docid, h.score) for h in searcher.search(builder.build(), k)]
 
 
-def test_exported_terms_rank_like_augmented_searcher(scifact, scifact_wp, offline_model, tmp_path):
+def check_export_parity(model, index, tmp_path) -> None:
+    """Export SciFact test with the CLI, then search 25 exported term lists with plain Pyserini."""
     from bm25aug.search import AugmentedSearcher
 
     ckpt = tmp_path / "ckpt"
-    offline_model.save_pretrained(ckpt)
+    model.save_pretrained(ckpt)
     out = tmp_path / "q.jsonl"
     proc = subprocess.run([sys.executable, "-m", "bm25aug.cli", "export", "--checkpoint", str(ckpt), "--dataset",
                            "scifact", "--split", "test", "--output", str(out), "--top-k", "64"],
@@ -35,14 +36,23 @@ def test_exported_terms_rank_like_augmented_searcher(scifact, scifact_wp, offlin
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 300 and all(set(r) == {"id", "text", "vector"} for r in rows)
-    searcher = AugmentedSearcher.from_pretrained(ckpt, scifact_wp, top_k=64)
+    searcher = AugmentedSearcher.from_pretrained(ckpt, index, top_k=64)
     for row in rows[:25]:
         ours = [(h.docid, h.score) for h in searcher.search(row["text"], 100)]
-        assert plain_pyserini_search(scifact_wp, row["vector"], 100) == ours
+        assert plain_pyserini_search(index, row["vector"], 100) == ours
     shown = searcher.augment(rows[0]["text"])
     assert set(shown.reweighted) == set(searcher.searcher.query_terms(rows[0]["text"]))
     assert all(t not in shown.reweighted for t in shown.added)
     assert searcher.search("") == [] and isinstance(searcher.search("\u2603 \u2603"), list)
+
+
+def test_exported_terms_rank_like_augmented_searcher(scifact_wp, offline_model, tmp_path):
+    check_export_parity(offline_model, scifact_wp, tmp_path)
+
+
+def test_exported_flat_terms_rank_like_augmented_searcher(scifact_flat, flat_model, tmp_path):
+    """Flat target: the export holds analyzed (stemmed) terms, searched without re-analysis."""
+    check_export_parity(flat_model, scifact_flat, tmp_path)
 
 
 def test_checkpoint_vocab_mismatch(scifact_wp, offline_model, tmp_path):

@@ -14,18 +14,20 @@ def test_boosts_reduce_to_bm25_counts_without_a_and_w(offline_model):
 @torch.no_grad()
 def test_boost_rule_query_terms_and_added_terms(offline_model):
     enc = offline_model.tokenize(["cat cat dog"])
-    out = offline_model(enc["input_ids"], enc["attention_mask"])
+    out = offline_model.eval()(enc["input_ids"], enc["attention_mask"])
+    terms = offline_model.encode(["cat cat dog"])[0]
     tok = offline_model.tokenizer
     cat, dog = tok.convert_tokens_to_ids(["cat", "dog"])
-    a, boosts = out.augmentation[0], out.boosts[0]
+    a = out.augmentation[0]
     hidden = offline_model.encoder(**enc).last_hidden_state[0]
     w = torch.relu(offline_model.weight_head(hidden).squeeze(-1))
     ids = enc["input_ids"][0].tolist()
     w_cat = sum(w[i] for i, t in enumerate(ids) if t == cat)
-    assert float(boosts[cat]) == pytest.approx(float(w_cat * (1 + a[cat])), rel=1e-5)  # summed w times (1 + a)
-    others = torch.ones_like(boosts, dtype=torch.bool)
-    others[[cat, dog]] = False
-    assert torch.equal(boosts[others], a[others])  # non-query entries: boost = a
+    assert terms["cat"] == pytest.approx(float(w_cat * (1 + a[cat])), rel=1e-5)  # summed w times (1 + a)
+    added = {t: v for t, v in terms.items() if t not in ("cat", "dog")}
+    expected = {tok.convert_ids_to_tokens(int(i)): float(a[i]) for i in torch.nonzero(a > 0).ravel()}
+    expected = {t: v for t, v in expected.items() if t not in ("cat", "dog")}
+    assert added == pytest.approx(expected, rel=1e-6)  # non-query entries: boost = a
     assert float(a[tok.all_special_ids].abs().sum()) == 0.0
 
 

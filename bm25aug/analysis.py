@@ -1,0 +1,141 @@
+"""Lucene's English analyzer (Pyserini's "flat") from Python, and the WordPiece → flat term map.
+
+The flat target needs two things from the analyzer that a flat index was built with:
+
+* a query's terms with their character offsets, so that each flat term can take the weight w of
+  the WordPiece tokens of the word(s) it came from (``analyze_with_offsets``, one JVM call chain
+  per query, the same token stream Pyserini's ``BagOfWordsQueryGenerator`` counts);
+* a fixed sparse map from the 30,522-entry WordPiece vocabulary to flat terms, through which a(q)
+  reaches the flat index (``flat_map``). Each whole-word entry is analyzed alone; stopwords,
+  ``##`` pieces, ``[unused]``/special entries and entries that analyze to more than one term map
+  to nothing; entries that stem to the same term add up. It is built once per (vocabulary,
+  analyzer) and cached, so a query never calls Java for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from bm25aug.io import atomic_write_text
+from bm25aug.java import JNI_LOCK, jclass
+from bm25aug.lucene import FIELD, java
+from bm25aug.tokenization import vocab_hash
+
+ANALYZER = "anserini-default-english"  # IndexCollection.DEFAULT_ANALYZER: Porter stemmer, Lucene's stopwords
+CACHE_DIR = Path(os.environ.get("BM25AUG_CACHE", Path.home() / ".cache" / "bm25aug")) / "flat_map"
+_ATTRIBUTES = "org.apache.lucene.analysis.tokenattributes"
+_BRACKETED = re.compile(r"^\[.*\]$")
+
+
+def analyze_with_offsets(text: str) -> list[tuple[str, int, int]]:
+    """``(term, start, end)`` of every token the English analyzer emits for ``text``, in order."""
+    j = java()  # starts the JVM with Anserini's classpath, which importing jnius first would not
+    from jnius import cast
+
+    with JNI_LOCK:
+        stream = j.english.tokenStream(FIELD, text)
+        term = cast(f"{_ATTRIBUTES}.CharTermAttribute", stream.addAttribute(_attribute("CharTermAttribute")))
+        offset = cast(f"{_ATTRIBUTES}.OffsetAttribute", stream.addAttribute(_attribute("OffsetAttribute")))
+        out = []
+        try:
+            stream.reset()
+            while stream.incrementToken():
+                out.append((term.toString(), offset.startOffset(), offset.endOffset()))
+            stream.end()
+        finally:
+            stream.close()
+    return _code_point_offsets(text, out)
+
+
+def _code_point_offsets(text: str, tokens: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+    """Java counts offsets in UTF-16 units, Python (and the WordPiece tokenizer) in code points;
+    they differ after any character outside the Basic Multilingual Plane (emoji, for one)."""
+    if all(ord(c) < 0x10000 for c in text):
+        return tokens
+    to_python = np.cumsum([0] + [2 if ord(c) >= 0x10000 else 1 for c in text])
+    index = {int(u): i for i, u in enumerate(to_python)}
+    return [(t, index.get(s, s), index.get(e, e)) for t, s, e in tokens]
+
+
+@lru_cache(maxsize=None)
+def _attribute(name: str):
+    return jclass("java.lang.Class").forName(f"{_ATTRIBUTES}.{name}")
+
+
+def analyze(text: str) -> list[str]:
+    """The English analyzer's terms of ``text`` (repeats kept), as a flat index stores them."""
+    with JNI_LOCK:
+        terms = jclass("io.anserini.analysis.AnalyzerUtils").analyze(java().english, text)
+        return [terms.get(i) for i in range(terms.size())]
+
+
+@dataclass(frozen=True)
+class FlatMap:
+    """WordPiece id → flat term: ``vocab_ids[i]`` maps to ``terms[term_ids[i]]``."""
+
+    vocab_ids: np.ndarray
+    term_ids: np.ndarray
+    terms: list[str]
+    vocab_size: int
+
+    def matrix(self, columns: dict[str, int] | None = None, width: int | None = None) -> sp.csr_matrix:
+        """The map as a sparse 0/1 matrix, vocabulary x terms. With ``columns`` (term → column, an
+        index's own term list), terms the index lacks are dropped: they cannot match anything."""
+        if columns is None:
+            return sp.csr_matrix((np.ones(len(self.vocab_ids), np.float32), (self.vocab_ids, self.term_ids)),
+                                 shape=(self.vocab_size, len(self.terms)))
+        cols = np.asarray([columns.get(self.terms[t], -1) for t in self.term_ids], np.int64)
+        keep = cols >= 0
+        return sp.csr_matrix((np.ones(int(keep.sum()), np.float32), (self.vocab_ids[keep], cols[keep])),
+                             shape=(self.vocab_size, width if width is not None else len(columns)))
+
+
+def flat_map(tokenizer) -> FlatMap:
+    """The WordPiece → flat term map of ``tokenizer``'s vocabulary, from the cache or built (~1 s)."""
+    key = vocab_hash(tokenizer)
+    cached = _loaded.get(key)
+    if cached is not None:
+        return cached
+    path = CACHE_DIR / f"{key}.{ANALYZER}.json"
+    if path.exists():
+        saved = json.loads(path.read_text())
+        result = FlatMap(np.asarray(saved["vocab_ids"], np.int64), np.asarray(saved["term_ids"], np.int64),
+                         saved["terms"], saved["vocab_size"])
+    else:
+        result = _build(tokenizer)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps({"analyzer": ANALYZER, "vocab_size": result.vocab_size,
+                                            "vocab_ids": result.vocab_ids.tolist(),
+                                            "term_ids": result.term_ids.tolist(), "terms": result.terms}))
+    _loaded[key] = result
+    return result
+
+
+_loaded: dict[str, FlatMap] = {}
+
+
+def _build(tokenizer) -> FlatMap:
+    specials = set(tokenizer.all_special_tokens)
+    vocab = tokenizer.get_vocab()
+    entries = sorted((i, t) for t, i in vocab.items()
+                     if not t.startswith("##") and t not in specials and not _BRACKETED.match(t))
+    term_index: dict[str, int] = {}
+    vocab_ids, term_ids = [], []
+    utils = jclass("io.anserini.analysis.AnalyzerUtils")
+    english = java().english
+    with JNI_LOCK:
+        for i, entry in entries:
+            terms = utils.analyze(english, entry)
+            if terms.size() == 1:
+                vocab_ids.append(i)
+                term_ids.append(term_index.setdefault(terms.get(0), len(term_index)))
+    return FlatMap(np.asarray(vocab_ids, np.int64), np.asarray(term_ids, np.int64), list(term_index),
+                   max(vocab.values()) + 1)

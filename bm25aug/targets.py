@@ -1,0 +1,216 @@
+"""What a query becomes on an index: the model's outputs (w per token, a over the WordPiece
+vocabulary) as boosted terms of a ``wp`` or a ``flat`` index.
+
+Both targets see a query as term occurrences, each taking the weight w of the WordPiece tokens
+it came from:
+
+* ``wp`` (the paper's): an occurrence is one WordPiece token; its weight is that token's w.
+* ``flat``: an occurrence is one term of Lucene's English analysis of the query, exactly the terms
+  Pyserini's bm25-flat counts; its weight is the **mean w of the WordPiece tokens whose characters
+  overlap the analyzed word** ("breast-cancer" gives "breast" and "cancer", each from its own
+  tokens; "running" → "run" takes the mean over "running"'s pieces).
+
+An occurrence outside the encoder's window (``max_query_length`` tokens) keeps its BM25 weight,
+1, so a long query never loses a term. A query term t gets ``(sum of its occurrence weights) ·
+(1 + a_t)``, any other term ``a_t``, where ``a_t`` is a of the vocabulary entry (wp) or the sum of
+a over the whole-word entries that analyze to t (flat, ``bm25aug.analysis.flat_map``). With
+w ≡ 1 and a ≡ 0 either target is plain BM25 on its index: each query term boosted by its count.
+
+``term_lists`` does this in numpy for search; ``boosts`` does it in torch, over an index's term
+columns, for training.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from bm25aug.errors import UserError
+
+TARGETS = ("wp", "flat")
+
+
+@dataclass
+class QueryBatch:
+    """Queries as the encoder reads them (ids and mask, B x L) and as term occurrences."""
+
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    terms: list[list[str]]  # each query's occurrences, in order
+    spans: list[list[list[int]]]  # per occurrence, the window positions whose w it averages ([]: weight 1)
+    has_tokens: np.ndarray  # a(q) is used only for queries with a known WordPiece token in the window
+
+
+class Target:
+    """Shared by both targets; subclasses say what an occurrence is and where a(q) goes."""
+
+    name = ""
+
+    def __init__(self, tokenizer, max_length: int):
+        self.tokenizer, self.max_length = tokenizer, max_length
+        self.special = np.zeros(len(tokenizer), dtype=bool)
+        self.special[tokenizer.all_special_ids] = True
+
+    def batch(self, queries: list[str]) -> QueryBatch:
+        enc = self.tokenizer(queries, padding=True, truncation=True, max_length=self.max_length,
+                             return_tensors="np", return_offsets_mapping=True)
+        ids, mask = enc["input_ids"].astype(np.int64), enc["attention_mask"].astype(np.int64)
+        real = (mask > 0) & ~self.special[ids]
+        terms, spans = [], []
+        for i, query in enumerate(queries):
+            t, s = self.occurrences(query, enc["offset_mapping"][i], real[i])
+            terms.append(t)
+            spans.append(s)
+        return QueryBatch(ids, mask, terms, spans, real.any(axis=1))
+
+    def occurrences(self, query: str, offsets: np.ndarray, real: np.ndarray) -> tuple[list[str], list[list[int]]]:
+        raise NotImplementedError
+
+    def added(self, a: np.ndarray) -> dict[str, np.float32]:
+        """One query's a(q) (vocabulary) as ``{term: weight}`` in this target's terms, zeros dropped."""
+        raise NotImplementedError
+
+    def order(self, term: str):
+        """Sort key of a term in a term list (wp: vocabulary id, as the index's term order)."""
+        return term
+
+    # ------------------------------------------------------------------------------ search side
+    def term_lists(self, batch: QueryBatch, w: np.ndarray, a: np.ndarray) -> list[dict[str, float]]:
+        """``{term: boost}`` per query, boosts > 0 only, in float32 as the torch path computes them."""
+        one = np.float32(1)
+        result = []
+        for i in range(len(batch.terms)):
+            weights: dict[str, np.float32] = {}
+            for term, span in zip(batch.terms[i], batch.spans[i]):
+                occ = w[i, span].mean(dtype=np.float32) if span else one
+                weights[term] = weights.get(term, np.float32(0)) + occ
+            added = self.added(a[i]) if batch.has_tokens[i] else {}
+            boosts = {t: tw * (one + added.get(t, np.float32(0))) for t, tw in weights.items()}
+            boosts.update((t, v) for t, v in added.items() if t not in weights)
+            result.append({t: float(boosts[t]) for t in sorted(boosts, key=self.order) if boosts[t] > 0})
+        return result
+
+    # ---------------------------------------------------------------------------- training side
+    def columns(self, bm25) -> "ColumnMap":
+        """How a(q) reaches the columns of a ``TorchBM25`` over this target's index."""
+        raise NotImplementedError
+
+    def boosts(self, batch: QueryBatch, w: torch.Tensor, a: torch.Tensor, cmap: "ColumnMap") -> torch.Tensor:
+        """``w ⊙ (bow + a)`` over ``cmap``'s index columns (B x T), differentiable in w and a."""
+        n, width = len(batch.terms), cmap.width
+        flat_index, occ_of, pos, coef, floor = [], [], [], [], []
+        for i, (terms, spans) in enumerate(zip(batch.terms, batch.spans)):
+            for term, span in zip(terms, spans):
+                col = cmap.columns.get(term, -1)
+                if col < 0:
+                    continue  # a term the index lacks matches nothing
+                o = len(flat_index)
+                flat_index.append(i * width + col)
+                floor.append(0.0 if span else 1.0)
+                for p in span:
+                    occ_of.append(o)
+                    pos.append(i * w.shape[1] + p)
+                    coef.append(1.0 / len(span))
+        dev, dtype = w.device, w.dtype
+        occ = torch.tensor(floor, dtype=dtype, device=dev).index_add(
+            0, torch.tensor(occ_of, dtype=torch.long, device=dev),
+            w.reshape(-1)[torch.tensor(pos, dtype=torch.long, device=dev)] * torch.tensor(coef, dtype=dtype, device=dev))
+        where = torch.tensor(flat_index, dtype=torch.long, device=dev)
+        term_w = torch.zeros(n * width, dtype=dtype, device=dev).index_add(0, where, occ).view(n, width)
+        bow = torch.zeros(n * width, dtype=dtype, device=dev).index_add(0, where, torch.ones_like(occ)).view(n, width)
+        a = a * torch.as_tensor(batch.has_tokens, device=dev).unsqueeze(1)
+        a_cols = cmap.project(a)
+        return torch.where(bow > 0, term_w * (1 + a_cols), a_cols)
+
+
+@dataclass
+class ColumnMap:
+    """An index's term columns (term → column) and the vocabulary → column map of a(q)."""
+
+    columns: dict[str, int]
+    width: int
+    matrix: torch.Tensor | None  # sparse, columns x vocabulary; None: a is already in columns (wp)
+
+    def project(self, a: torch.Tensor) -> torch.Tensor:
+        return a if self.matrix is None else torch.sparse.mm(self.matrix.to(a.device), a.t()).t()
+
+    def vocab_df(self, df: torch.Tensor) -> torch.Tensor:
+        """Document frequency seen by each vocabulary entry through the map (0: it reaches no term)."""
+        return df if self.matrix is None else torch.sparse.mm(self.matrix.t(), df.unsqueeze(1)).squeeze(1)
+
+
+class WordPieceTarget(Target):
+    name = "wp"
+
+    def __init__(self, tokenizer, max_length: int):
+        super().__init__(tokenizer, max_length)
+        self.vocab = tokenizer.get_vocab()
+        self.id_to_token = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+
+    def occurrences(self, query, offsets, real):
+        from bm25aug.tokenization import untruncated
+
+        tokens = untruncated(self.tokenizer).encode(query, add_special_tokens=False).tokens
+        # The window holds the first tokens of the query: [CLS] t0 t1 ... [SEP] (offsets (0, 0) on
+        # [CLS], [SEP] and padding only).
+        window = int(np.count_nonzero(offsets[:, 1] > offsets[:, 0]))
+        terms, spans = [], []
+        for j, token in enumerate(tokens):
+            if self.special[self.vocab[token]]:
+                continue
+            terms.append(token)
+            spans.append([j + 1] if j < window else [])
+        return terms, spans
+
+    def added(self, a):
+        ids = np.flatnonzero(a > 0)
+        return dict(zip((self.id_to_token[i] for i in ids.tolist()), a[ids]))
+
+    def order(self, term):
+        return self.vocab[term]
+
+    def columns(self, bm25) -> ColumnMap:
+        if len(bm25.columns) != len(self.vocab) or any(bm25.columns.get(t) != i for t, i in self.vocab.items()):
+            raise UserError("a wp target trains on a TorchBM25 over the vocabulary; fix: build it with the tokenizer's vocab")
+        return ColumnMap(bm25.columns, len(self.vocab), None)
+
+
+class FlatTarget(Target):
+    name = "flat"
+
+    def __init__(self, tokenizer, max_length: int):
+        from bm25aug.analysis import flat_map
+
+        super().__init__(tokenizer, max_length)
+        self.map = flat_map(tokenizer)
+        self.csr = self.map.matrix()  # vocabulary x distinct flat terms
+
+    def occurrences(self, query, offsets, real):
+        from bm25aug.analysis import analyze_with_offsets
+
+        positions = np.flatnonzero(real)
+        starts, ends = offsets[positions, 0], offsets[positions, 1]
+        terms, spans = [], []
+        for term, start, end in analyze_with_offsets(query):
+            terms.append(term)
+            spans.append(positions[(starts < end) & (ends > start)].tolist())
+        return terms, spans
+
+    def added(self, a):
+        a_flat = self.csr.T @ a.astype(np.float32)
+        ids = np.flatnonzero(a_flat > 0)
+        return dict(zip((self.map.terms[i] for i in ids.tolist()), a_flat[ids].astype(np.float32)))
+
+    def columns(self, bm25) -> ColumnMap:
+        m = self.map.matrix(bm25.columns, len(bm25.columns)).T.tocoo()
+        idx = torch.from_numpy(np.vstack([m.row, m.col]).astype(np.int64))
+        matrix = torch.sparse_coo_tensor(idx, torch.from_numpy(m.data), m.shape, check_invariants=False).coalesce()
+        return ColumnMap(bm25.columns, len(bm25.columns), matrix)
+
+
+def make_target(name: str, tokenizer, max_length: int) -> Target:
+    if name not in TARGETS:
+        raise UserError(f"unknown target {name!r}; fix: use one of {', '.join(TARGETS)}")
+    return (WordPieceTarget if name == "wp" else FlatTarget)(tokenizer, max_length)
