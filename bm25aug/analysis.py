@@ -15,7 +15,6 @@ The flat target needs two things from the analyzer that a flat index was built w
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -24,13 +23,13 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from bm25aug.io import atomic_write_text
+from bm25aug.io import CACHE_ROOT, atomic_write_text
 from bm25aug.java import JNI_LOCK, jclass
 from bm25aug.lucene import FIELD, java
 from bm25aug.tokenization import vocab_hash
 
 ANALYZER = "anserini-default-english"  # IndexCollection.DEFAULT_ANALYZER: Porter stemmer, Lucene's stopwords
-CACHE_DIR = Path(os.environ.get("BM25AUG_CACHE", Path.home() / ".cache" / "bm25aug")) / "flat_map"
+CACHE_DIR = CACHE_ROOT / "flat_map"
 _ATTRIBUTES = "org.apache.lucene.analysis.tokenattributes"
 _BRACKETED = re.compile(r"^\[.*\]$")
 

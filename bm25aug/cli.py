@@ -79,7 +79,8 @@ def cmd_eval(args) -> None:
     method = args.method or ("augmented" if (args.checkpoint or args.transfer) else "bm25-wp")
     config = EvalConfig(dataset=name, method=method, split=args.split, checkpoint=args.checkpoint,
                         transfer=bool(args.transfer), k=args.k, k1=args.k1, b=args.b, runtime=args.runtime,
-                        index_root=args.index_root, data_dir=args.data_dir, threads=args.threads)
+                        index_root=args.index_root, data_dir=args.data_dir, threads=args.threads,
+                        index=args.index, tokenizer=args.tokenizer, remove_query=args.remove_query)
     if args.run:
         metrics = score_run(config, args.run)
         print(format_table({Path(args.run).name: metrics}))
@@ -155,6 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--b", type=float, default=0.4, help="BM25 b (default 0.4)")
     p.add_argument("--runtime", default="onnx-int8", choices=["onnx-int8", "torch-int8", "torch-fp32"],
                    help="query encoder runtime for augmented (default: onnx-int8; torch-fp32 is the reference)")
+    p.add_argument("--index", help="search this Lucene index with --method (a stock Pyserini/Anserini index too: "
+                                   "flat as it is, wp with --tokenizer) instead of the dataset's own")
+    p.add_argument("--tokenizer", help="the WordPiece tokenizer a stock wp --index was built with (e.g. bert-base-uncased)")
+    p.add_argument("--remove-query", action=argparse.BooleanOptionalAction, default=None,
+                   help="drop hits whose docid is the query id before scoring, as Pyserini's BEIR regressions "
+                        "(default: on for arguana and quora, off elsewhere)")
     p.add_argument("--run", help="score this TREC run file instead of searching")
     p.add_argument("--output", help="write the run of --method as a TREC run file")
     p.add_argument("--json-out", help="write the metrics as one JSON object")

@@ -30,12 +30,12 @@ from io import StringIO
 from pathlib import Path
 
 from bm25aug.errors import UserError
-from bm25aug.io import clean_stale, read_lines, temp_sibling
+from bm25aug.io import CACHE_ROOT, clean_stale, read_lines, temp_sibling
 
 log = logging.getLogger(__name__)
 csv.field_size_limit(sys.maxsize)
 
-CACHE_DIR = Path(os.environ.get("BM25AUG_CACHE", Path.home() / ".cache" / "bm25aug")) / "datasets"
+CACHE_DIR = CACHE_ROOT / "datasets"
 BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{name}.zip"
 DPR_URL = "https://dl.fbaipublicfiles.com/dpr"
 
@@ -48,6 +48,9 @@ class DatasetSpec:
     urls: dict[str, str] = field(default_factory=dict)  # local file name -> public URL
     transfer_source: str | None = None  # default training set for ``eval.py --transfer``
     eval_split: str = "test"
+    # Every query is also a corpus document: drop hits whose docid is the query id before
+    # scoring, as Pyserini's BEIR regressions do (Anserini's -removeQuery).
+    remove_query: bool = False
 
 
 _DPR_PASSAGES = {"psgs_w100.tsv.gz": f"{DPR_URL}/wikipedia_split/psgs_w100.tsv.gz"}
@@ -72,7 +75,8 @@ REGISTRY: dict[str, DatasetSpec] = {
 BEIR_NAMES = ["scifact", "nfcorpus", "fiqa", "arguana", "scidocs", "trec-covid", "webis-touche2020",
               "quora", "nq", "hotpotqa", "dbpedia-entity", "fever", "climate-fever", "cqadupstack"]
 for _name in BEIR_NAMES:
-    REGISTRY.setdefault(_name, DatasetSpec("beir", {f"{_name}.zip": BEIR_URL.format(name=_name)}))
+    REGISTRY.setdefault(_name, DatasetSpec("beir", {f"{_name}.zip": BEIR_URL.format(name=_name)},
+                                           remove_query=_name in ("arguana", "quora")))
 REGISTRY["scifact"] = DatasetSpec("beir", {"scifact.zip": BEIR_URL.format(name="scifact")}, transfer_source="nfcorpus")
 REGISTRY["nfcorpus"] = DatasetSpec("beir", {"nfcorpus.zip": BEIR_URL.format(name="nfcorpus")}, transfer_source="scifact")
 

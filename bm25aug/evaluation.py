@@ -100,3 +100,29 @@ def evaluate_split(run: dict[str, list[Hit]], split, corpus: dict[str, Document]
     if split.answers:
         return evaluate_answers(run, split.answers, corpus)
     return evaluate_qrels(run, split.qrels)
+
+
+def added_term_precision(searcher, term_lists: dict[str, dict[str, float]], split) -> dict[str, float]:
+    """How much of what the model adds is on topic: of the added terms (not among the query's own
+    index terms), the share, by weight and by count, that occurs in any of the query's judged-
+    relevant documents, as the index stores them. Summed over the judged queries, then divided."""
+    from bm25aug.index import read_term_matrix
+
+    tm = read_term_matrix(searcher.index_dir)
+    row_of = {d: i for i, d in enumerate(tm.docids)}
+    column = {t: i for i, t in enumerate(tm.terms)}
+    weight = weight_hit = count = count_hit = 0.0
+    for qid, terms in term_lists.items():
+        rows = [row_of[d] for d, g in split.qrels.get(qid, {}).items() if g > 0 and d in row_of]
+        if not rows:
+            continue
+        relevant = set(tm.tf[rows].indices.tolist())
+        original = searcher.query_terms(split.queries[qid])
+        for t, w in terms.items():
+            if t in original:
+                continue
+            found = column.get(t, -1) in relevant
+            weight, count = weight + w, count + 1
+            weight_hit, count_hit = weight_hit + w * found, count_hit + found
+    return {"added_precision_weight": weight_hit / weight if weight else 0.0,
+            "added_precision_count": count_hit / count if count else 0.0}

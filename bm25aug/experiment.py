@@ -43,6 +43,9 @@ class EvalConfig:
     index_root: str | None = None
     data_dir: str | None = None
     threads: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))  # index builds
+    index: str | None = None  # search this index (a stock Pyserini/Anserini one too) instead of building one
+    tokenizer: str | None = None  # the WordPiece tokenizer a stock wp ``index`` was built with
+    remove_query: bool | None = None  # drop hits whose docid is the query id; None: the dataset's default
 
 
 @dataclass(frozen=True)
@@ -57,10 +60,23 @@ class Method:
     companions: tuple[str, ...] = ()
 
 
-def _bm25(index: Path, config: EvalConfig, checkpoint: Path | None):
-    from bm25aug.search import BM25Searcher
+def _bm25(flavor: str):
+    def make(index: Path, config: EvalConfig, checkpoint: Path | None):
+        from bm25aug.search import BM25Searcher
 
-    return BM25Searcher(index, config.k1, config.b)
+        return BM25Searcher(index, config.k1, config.b, tokenizer=config.tokenizer if config.index else None,
+                            flavor=flavor)
+
+    return make
+
+
+def _expansion(name: str):
+    def make(index: Path, config: EvalConfig, checkpoint: Path | None):
+        from bm25aug.peers import ExpansionSearcher
+
+        return ExpansionSearcher(index, name, config.k1, config.b)
+
+    return make
 
 
 def _augmented(index: Path, config: EvalConfig, checkpoint: Path | None):
@@ -70,9 +86,12 @@ def _augmented(index: Path, config: EvalConfig, checkpoint: Path | None):
 
 
 METHODS: dict[str, Method] = {m.name: m for m in (
-    Method("bm25-flat", "flat", _bm25),
-    Method("bm25-wp", "wp", _bm25),
-    Method("augmented", "target", _augmented, needs_checkpoint=True, companions=("bm25-wp", "bm25-flat")),
+    Method("bm25-flat", "flat", _bm25("flat")),
+    Method("bm25-wp", "wp", _bm25("wp")),
+    Method("bm25-rm3", "flat", _expansion("rm3")),  # Pyserini's RM3, default parameters
+    Method("bm25-rocchio", "flat", _expansion("rocchio")),  # Pyserini's Rocchio, default parameters
+    Method("augmented", "target", _augmented, needs_checkpoint=True,
+           companions=("bm25-flat", "bm25-wp", "bm25-rm3", "bm25-rocchio")),
 )}
 
 
@@ -87,6 +106,7 @@ class EvalResult:
     checkpoint: Path | None
     metrics: dict[str, dict]
     runs: dict[str, dict]
+    remove_query: bool = False  # hits whose docid is the query id were dropped before scoring
 
     def table(self) -> str:
         return format_table(self.metrics)
@@ -94,7 +114,7 @@ class EvalResult:
     def summary(self) -> dict:
         """The asked-for method's metrics, plus the companions' p50 and main metric (``--json-out``)."""
         out = dict(self.metrics[self.method], method=self.method, dataset=self.dataset, split=self.split,
-                   checkpoint=str(self.checkpoint) if self.checkpoint else None)
+                   checkpoint=str(self.checkpoint) if self.checkpoint else None, remove_query=self.remove_query)
         main_metric = "acc@5" if "acc@5" in out else "ndcg@10"
         for name in METHODS[self.method].companions:
             key = name.replace("-", "_")
@@ -152,13 +172,15 @@ def timed_run(search, queries: dict[str, str], warmup: int = 10) -> tuple[dict, 
     return run, np.asarray(latencies) * 1000
 
 
-def run_method(method: Method, config: EvalConfig, dataset, split, k: int, checkpoint: Path | None) -> tuple[dict, dict]:
-    """Metrics (quality, p50/p95 latency, added terms for augmented) and the run of one method."""
-    from bm25aug.evaluation import evaluate_split
+def run_method(method: Method, config: EvalConfig, dataset, split, k: int, checkpoint: Path | None,
+               remove_query: bool = False, index: Path | None = None) -> tuple[dict, dict]:
+    """Metrics (quality, p50/p95 latency; for augmented, added terms and their precision) and the
+    run of one method. ``index``: search it instead of the dataset's own (built when missing)."""
+    from bm25aug.evaluation import added_term_precision, evaluate_split
     from bm25aug.index import ensure_index
     from bm25aug.search import mean_added_terms
 
-    index = ensure_index(dataset, index_flavor(method, checkpoint), config.index_root, threads=config.threads)
+    index = index or ensure_index(dataset, index_flavor(method, checkpoint), config.index_root, threads=config.threads)
     searcher = method.searcher(index, config, checkpoint)
     extra = {}
     if hasattr(searcher, "term_lists"):
@@ -166,8 +188,12 @@ def run_method(method: Method, config: EvalConfig, dataset, split, k: int, check
         terms = searcher.term_lists(texts)
         extra = {"aug_terms_mean": mean_added_terms(searcher.searcher, texts, terms),
                  "query_terms_mean": float(np.mean([len(v) for v in terms])) if terms else 0.0}
+        if not dataset.is_qa:
+            extra.update(added_term_precision(searcher.searcher, dict(zip(split.queries, terms)), split))
     tops, lat = timed_run(lambda q: searcher.search_arrays(q, k), split.queries)
     run = {qid: searcher.hits(top) for qid, top in tops.items()}
+    if remove_query:
+        run = {qid: [h for h in hits if h.docid != qid] for qid, hits in run.items()}
     metrics = evaluate_split(run, split, dataset.corpus)
     metrics.update(latency_ms_p50=float(np.percentile(lat, 50)), latency_ms_p95=float(np.percentile(lat, 95)), **extra)
     return metrics, run
@@ -188,11 +214,14 @@ def evaluate(config: EvalConfig) -> EvalResult:
     method = METHODS[config.method]
     checkpoint = resolve_checkpoint(config.checkpoint, dataset.name, config.transfer) if method.needs_checkpoint else None
     k = config.k or (100 if dataset.is_qa else 1000)
+    remove_query = dataset.spec.remove_query if config.remove_query is None else config.remove_query
     metrics, runs = {}, {}
     for name in (method.name, *method.companions):
         log.info("evaluating %s on %s/%s (%d queries)", name, dataset.name, split_name, len(split.queries))
-        metrics[name], runs[name] = run_method(METHODS[name], config, dataset, split, k, checkpoint)
-    return EvalResult(config, dataset.name, split_name, method.name, checkpoint, metrics, runs)
+        index = Path(config.index) if config.index and name == method.name else None
+        metrics[name], runs[name] = run_method(METHODS[name], config, dataset, split, k, checkpoint,
+                                               remove_query, index)
+    return EvalResult(config, dataset.name, split_name, method.name, checkpoint, metrics, runs, remove_query)
 
 
 def score_run(config: EvalConfig, run_file: str | Path) -> dict:
@@ -208,10 +237,10 @@ def score_run(config: EvalConfig, run_file: str | Path) -> dict:
 
 def format_table(results: dict[str, dict]) -> str:
     keys = [k for k in ("ndcg@10", "recall@100", "recall_cap@100", "mrr@10", "map", "acc@1", "acc@5", "acc@20",
-                        "acc@100", "latency_ms_p50", "latency_ms_p95", "aug_terms_mean")
+                        "acc@100", "latency_ms_p50", "latency_ms_p95", "aug_terms_mean", "added_precision_weight")
             if any(k in m for m in results.values())]
-    header = f"{'method':<12}" + "".join(f"{k:>15}" for k in keys)
+    header = f"{'method':<14}" + "".join(f"{k:>15}" for k in keys)
     rows = [header, "-" * len(header)]
     for method, m in results.items():
-        rows.append(f"{method:<12}" + "".join(f"{m[k]:>15.4f}" if k in m else f"{'-':>15}" for k in keys))
+        rows.append(f"{method:<14}" + "".join(f"{m[k]:>15.4f}" if k in m else f"{'-':>15}" for k in keys))
     return "\n".join(rows)

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from bm25aug.errors import UserError
-from bm25aug.io import atomic_dir
+from bm25aug.io import CACHE_ROOT, atomic_dir
 from bm25aug.model import WEIGHTS_NAME, QueryAugmenter
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ ONNX_FILE = "model.int8.onnx"
 SOURCE_FILE = "source.json"
 # Bumped whenever export_onnx changes what it writes, so that older exports are made again.
 RECIPE = "outputs w and a; eager attention, onnxruntime bert fusion, dynamic int8 per channel"
-CACHE_DIR = Path(os.environ.get("BM25AUG_CACHE", Path.home() / ".cache" / "bm25aug")) / "onnx"
+CACHE_DIR = CACHE_ROOT / "onnx"
 
 
 def weights_hash(checkpoint: Path) -> str:

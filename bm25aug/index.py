@@ -32,7 +32,7 @@ from bm25aug.data import Dataset
 from filelock import FileLock
 
 from bm25aug.errors import UserError
-from bm25aug.io import atomic_dir, atomic_write_bytes, temp_sibling
+from bm25aug.io import CACHE_ROOT, atomic_dir, atomic_write_bytes, temp_sibling
 from bm25aug.java import JNI_LOCK, jclass
 from bm25aug.lucene import FIELD, open_reader, read_docids, write_docids
 from bm25aug.tokenization import load_tokenizer, tokenize_batch, tokenizer_name, vocab_hash
@@ -55,14 +55,30 @@ class IndexMeta:
     build_seconds: float = 0.0
     corpus_fingerprint: str = ""
     anserini: str = "IndexCollection JsonCollection DefaultLuceneDocumentGenerator"
+    docvectors: bool = False  # stored document vectors, which Pyserini's RM3 and Rocchio need
+    stock: bool = False  # built elsewhere (Pyserini/Anserini); bm25aug never writes into it
 
     @classmethod
-    def load(cls, index_dir: str | Path) -> "IndexMeta":
+    def load(cls, index_dir: str | Path, tokenizer=None, flavor: str | None = None) -> "IndexMeta":
+        """The index's ``meta.json``. A stock Lucene index has none (Pyserini's prebuilt indexes,
+        ``python -m pyserini.index.lucene``): it is ``flavor``, else ``wp`` when the caller names the
+        tokenizer it was built with, else ``flat``."""
         path = Path(index_dir) / META_FILE
-        if not path.exists():
-            raise UserError(f"{index_dir} is not a bm25aug index (no meta.json); "
+        if path.exists():
+            return cls(**json.loads(path.read_text()))
+        if not (Path(index_dir).is_dir() and any(Path(index_dir).glob("segments_*"))):
+            raise UserError(f"{index_dir} is not a Lucene index (no segments_* file); "
                             f"fix: build it with `bm25aug index --dataset NAME --flavor wp|flat`")
-        return cls(**json.loads(path.read_text()))
+        flavor = flavor or ("wp" if tokenizer is not None else "flat")
+        if flavor not in FLAVORS:
+            raise UserError(f"unknown index flavor {flavor!r}; fix: use one of {', '.join(FLAVORS)}")
+        meta = cls(flavor, Path(index_dir).name, 0, stock=True, anserini="stock index (no meta.json)")
+        if flavor == "wp":
+            if tokenizer is None:
+                raise UserError(f"{index_dir} is a stock index without meta.json; searching it as a WordPiece "
+                                f"index needs its tokenizer; fix: pass --tokenizer NAME (e.g. bert-base-uncased)")
+            meta.tokenizer, meta.vocab_hash = tokenizer_name(tokenizer), vocab_hash(tokenizer)
+        return meta
 
 
 def index_path(dataset_name: str, flavor: str, root: str | Path | None = None) -> Path:
@@ -79,7 +95,12 @@ def corpus_fingerprint(dataset: Dataset) -> str:
 
 
 def _is_current(path: Path, fingerprint: str) -> bool:
-    return (path / META_FILE).exists() and IndexMeta.load(path).corpus_fingerprint == fingerprint
+    """Built by bm25aug from this very corpus, with what the flavor needs today (flat: document
+    vectors for RM3/Rocchio, which older builds lack)."""
+    if not (path / META_FILE).exists():
+        return False
+    meta = IndexMeta.load(path)
+    return meta.corpus_fingerprint == fingerprint and (meta.docvectors or meta.flavor != "flat")
 
 
 def ensure_index(dataset: Dataset, flavor: str, root: str | Path | None = None, threads: int | None = None,
@@ -102,7 +123,8 @@ def ensure_index(dataset: Dataset, flavor: str, root: str | Path | None = None, 
                             f"fix: pass --index-root DIR to use another folder, or rebuild it with "
                             f"`bm25aug index --dataset {dataset.name} --flavor {flavor} --force`")
         if (path / META_FILE).exists() and not force:
-            log.warning("%s was built from another version of the corpus; rebuilding", path)
+            log.warning("%s was built from another version of the corpus, or without what it needs now "
+                        "(flat: document vectors); rebuilding", path)
         return build_index(dataset, flavor, path, threads=threads, tokenizer=tokenizer, fingerprint=fingerprint,
                            force=force)
 
@@ -134,6 +156,9 @@ def build_index(dataset: Dataset, flavor: str, path: str | Path, threads: int | 
                     "-storeRaw", "-optimize", "-quiet"]
             if flavor == "wp":
                 args.append("-pretokenized")
+            else:  # Pyserini's RM3/Rocchio read them; see the README for the size they cost
+                args.append("-storeDocvectors")
+                meta.docvectors = True
             with progress(total=1, desc=f"lucene index {path.name}", unit="index") as bar, JNI_LOCK:
                 jclass("io.anserini.index.IndexCollection").main(args)
                 bar.update(1)
@@ -167,7 +192,7 @@ def _write_shards(dataset: Dataset, folder: Path, shards: int, tokenizer) -> Pat
 
 def check_vocab(index_dir: str | Path, tokenizer) -> IndexMeta:
     """A ``wp`` index searched with another vocabulary would silently match the wrong terms."""
-    meta = IndexMeta.load(index_dir)
+    meta = IndexMeta.load(index_dir, tokenizer)
     if meta.flavor == "wp" and meta.vocab_hash != vocab_hash(tokenizer):
         raise UserError(f"{index_dir} was built with vocabulary {meta.vocab_hash} but the tokenizer has "
                         f"{vocab_hash(tokenizer)}; fix: rebuild the index with this tokenizer or use the matching one")
@@ -184,10 +209,20 @@ class TermMatrix:
     doc_freq: np.ndarray
 
 
+def term_matrix_cache(index_dir: Path) -> Path:
+    """Beside a bm25aug index; for a stock index (never written to), in the user cache, keyed by
+    its path and its current commit (``segments_N``)."""
+    if (index_dir / META_FILE).exists():
+        return index_dir / _TERM_MATRIX
+    segments = sorted(p.name for p in index_dir.glob("segments_*"))
+    key = hashlib.blake2b(f"{index_dir.resolve()}|{segments}".encode(), digest_size=12).hexdigest()
+    return CACHE_ROOT / "term_matrix" / f"{key}.npz"
+
+
 def read_term_matrix(index_dir: str | Path) -> TermMatrix:
-    """Postings of the ``contents`` field read through Lucene, cached beside the index."""
+    """Postings of the ``contents`` field read through Lucene, cached (``term_matrix_cache``)."""
     index_dir = Path(index_dir)
-    cache = index_dir / _TERM_MATRIX
+    cache = term_matrix_cache(index_dir)
     if cache.exists():
         z = np.load(cache, allow_pickle=False)
         tf = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"]))
@@ -226,5 +261,6 @@ def read_term_matrix(index_dir: str | Path) -> TermMatrix:
     buffer = BytesIO()
     np.savez(buffer, data=tf.data, indices=tf.indices, indptr=tf.indptr, shape=np.asarray(tf.shape),
              docids=np.asarray(docids), terms=np.asarray(terms), doc_freq=matrix.doc_freq)
+    cache.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(cache, buffer.getvalue())
     return matrix

@@ -21,6 +21,8 @@ from typing import Iterator
 from bm25aug.errors import UserError
 
 TEMP_KINDS = ("tmp", "building", "old")
+# Everything bm25aug derives once and reuses (datasets, ONNX exports, term maps, stock-index postings).
+CACHE_ROOT = Path(os.environ.get("BM25AUG_CACHE", Path.home() / ".cache" / "bm25aug"))
 
 
 def temp_sibling(path: Path, kind: str) -> Path:

@@ -42,11 +42,17 @@ def check_query(query) -> str:
 class BM25Searcher:
     """BM25 over a bm25aug index of either flavor (k1=0.9, b=0.4 as in Pyserini's BEIR runs).
 
-    Hits, scores and their order equal Pyserini's ``LuceneSearcher`` (see ``bm25aug.lucene``)."""
+    Hits, scores and their order equal Pyserini's ``LuceneSearcher`` (see ``bm25aug.lucene``).
 
-    def __init__(self, index_dir: str | Path, k1: float = 0.9, b: float = 0.4, tokenizer=None):
+    A stock index built by Pyserini or Anserini (no bm25aug ``meta.json``) is searched as it is:
+    as ``flat``, or as ``wp`` when ``tokenizer`` (a name, a path or a tokenizer) says which
+    WordPiece vocabulary built it. ``flavor`` forces one of the two for a stock index."""
+
+    def __init__(self, index_dir: str | Path, k1: float = 0.9, b: float = 0.4, tokenizer=None,
+                 flavor: str | None = None):
         self.index_dir = Path(index_dir)
-        self.meta = IndexMeta.load(self.index_dir)
+        tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, Path)) else tokenizer
+        self.meta = IndexMeta.load(self.index_dir, tokenizer, flavor)
         self.index = LuceneIndex(self.index_dir, k1, b)
         self.k1, self.b = k1, b
         self.tokenizer = None
@@ -201,7 +207,8 @@ class AugmentedSearcher:
         from bm25aug.fast_encoder import load_encoder
 
         model = load_encoder(checkpoint, runtime)
-        return cls(model, BM25Searcher(index, k1, b, tokenizer=model.tokenizer), top_k, threshold)
+        return cls(model, BM25Searcher(index, k1, b, tokenizer=model.tokenizer, flavor=model.config.target),
+                   top_k, threshold)
 
     def term_lists(self, queries: list[str]) -> list[dict[str, float]]:
         from bm25aug.export import encode_queries

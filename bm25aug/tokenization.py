@@ -68,6 +68,8 @@ def load_tokenizer(name: str | None = None):
     can be (the packaged offline copy has the same vocabulary), else from the Hub."""
     from transformers import AutoTokenizer
 
+    if name == REFERENCE_TOKENIZER:
+        name = None  # the reference, found as below (offline: the packaged copy of its vocabulary)
     candidates = [(name, {})] if name else hub_then_local(REFERENCE_TOKENIZER, prefer_hub=False)
     errors = []
     for cand, kwargs in candidates:

@@ -1,0 +1,57 @@
+"""Query-expansion peers: Pyserini's own RM3 and Rocchio on the flat index, as eval methods.
+
+They run through Pyserini's ``LuceneSearcher`` with its default parameters (RM3: 10 feedback
+terms from 10 documents, original query weight 0.5; Rocchio: α 1, β 0.75, 10 terms from the top
+10 documents), BM25 k1/b as given, so their rows are what a Pyserini user gets. Both read stored
+document vectors, which bm25aug's flat indexes keep (``-storeDocvectors``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from bm25aug.errors import UserError
+from bm25aug.java import JNI_LOCK, start_jvm
+from bm25aug.lucene import EMPTY, TopK, read_docids
+
+EXPANSIONS = ("rm3", "rocchio")
+
+
+class ExpansionSearcher:
+    """``search_arrays``/``hits`` like ``BM25Searcher``, over Pyserini's searcher with RM3 or Rocchio."""
+
+    def __init__(self, index_dir: str | Path, expansion: str, k1: float = 0.9, b: float = 0.4):
+        if expansion not in EXPANSIONS:
+            raise UserError(f"unknown expansion {expansion!r}; fix: use one of {', '.join(EXPANSIONS)}")
+        start_jvm()  # before Pyserini, whose own JVM setup fails on this runtime
+        from pyserini.search.lucene import LuceneSearcher
+
+        self.index_dir = Path(index_dir)
+        with JNI_LOCK:
+            self.searcher = LuceneSearcher(str(self.index_dir))
+            self.searcher.set_bm25(k1, b)
+            if not self.searcher.object.reader.getTermVectors(0):
+                raise UserError(f"{index_dir} has no stored document vectors, which {expansion} reads; fix: rebuild "
+                                f"it with -storeDocvectors (bm25aug's flat indexes have them: `bm25aug index "
+                                f"--dataset NAME --flavor flat`)")
+            if expansion == "rm3":
+                self.searcher.set_rm3()
+            else:
+                self.searcher.set_rocchio()
+            self.docids = read_docids(self.index_dir, self.searcher.object.reader)
+
+    def search_arrays(self, query: str, k: int = 1000) -> TopK:
+        if not query.strip():
+            return EMPTY
+        with JNI_LOCK:  # pyjnius objects are not safe to share between threads (bm25aug.lucene)
+            hits = self.searcher.search(query, k)
+            ids = np.asarray([h.lucene_docid for h in hits], np.int64)
+            scores = np.asarray([h.score for h in hits], np.float32)
+        return TopK(ids, scores)
+
+    def hits(self, top: TopK):
+        from bm25aug.search import Hit
+
+        return list(map(Hit, self.docids[top.lucene_ids].tolist(), top.scores.tolist()))
