@@ -34,12 +34,14 @@ def _data_args(p: argparse.ArgumentParser) -> None:
 # ---------------------------------------------------------------------------------------- index
 def cmd_index(args) -> None:
     from bm25aug.data import load_dataset
-    from bm25aug.index import ensure_index
+    from bm25aug.index import ensure_index, index_size
 
     dataset = load_dataset(args.dataset, args.data_dir)
     for flavor in args.flavor:
         path = ensure_index(dataset, flavor, args.index_root, threads=args.threads, force=args.force)
-        print(f"{flavor}: {path}")
+        size = index_size(path)
+        vectors = f", of which document vectors {size['docvectors'] / 1e6:.1f} MB" if size["docvectors"] else ""
+        print(f"{flavor}: {path} ({size['total'] / 1e6:.1f} MB{vectors})")
 
 
 # ---------------------------------------------------------------------------------------- train
@@ -80,7 +82,8 @@ def cmd_eval(args) -> None:
     config = EvalConfig(dataset=name, method=method, split=args.split, checkpoint=args.checkpoint,
                         transfer=bool(args.transfer), k=args.k, k1=args.k1, b=args.b, runtime=args.runtime,
                         index_root=args.index_root, data_dir=args.data_dir, threads=args.threads,
-                        index=args.index, tokenizer=args.tokenizer, remove_query=args.remove_query)
+                        index=args.index, tokenizer=args.tokenizer, remove_query=args.remove_query,
+                        companions=args.companions)
     if args.run:
         metrics = score_run(config, args.run)
         print(format_table({Path(args.run).name: metrics}))
@@ -131,11 +134,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", help="default: checkpoints/<dataset>")
     p.add_argument("--encoder", help="HF model name or path (default: distilbert-base-uncased, else offline MiniLM)")
     for name, typ in (("epochs", int), ("batch_size", int), ("lr", float), ("head_lr", float), ("lam", float),
-                      ("hard_negatives", int), ("negative_depth", int), ("seed", int), ("dev_size", int)):
+                      ("hard_negatives", int), ("negative_depth", int), ("seed", int), ("dev_size", int),
+                      ("weight_floor", float)):
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=typ, help="default: the dataset's preset")
     p.add_argument("--target", choices=["wp", "flat"],
                    help="the index the model serves: wp (WordPiece, the paper's) or flat (Lucene's English "
                         "analyzer, Pyserini's stock BEIR/MS MARCO indexes); default: the dataset's preset")
+    p.add_argument("--pooling", choices=["cls", "mean", "max"],
+                   help="a(q) from the [CLS] state, the mean state, or SPLADE-style max over tokens "
+                        "(default: the encoder's pretraining pooling)")
     p.add_argument("--uniform-l1", action="store_true", help="ablation: uniform L1 instead of sqrt(df/N)")
     p.add_argument("--no-weights", action="store_true", help="ablation: no per-token weights w")
     p.add_argument("--no-augmentation", action="store_true", help="ablation: a ≡ 0 (reweighting only)")
@@ -162,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--remove-query", action=argparse.BooleanOptionalAction, default=None,
                    help="drop hits whose docid is the query id before scoring, as Pyserini's BEIR regressions "
                         "(default: on for arguana and quora, off elsewhere)")
+    p.add_argument("--no-companions", dest="companions", action="store_false",
+                   help="run only --method (augmented otherwise brings bm25-flat, bm25-wp, bm25-rm3, bm25-rocchio)")
     p.add_argument("--run", help="score this TREC run file instead of searching")
     p.add_argument("--output", help="write the run of --method as a TREC run file")
     p.add_argument("--json-out", help="write the metrics as one JSON object")
@@ -185,6 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     _setup_logging()
     args = build_parser().parse_args(argv)
+    if args.command != "index":
+        from bm25aug.progress import quiet_libraries
+
+        quiet_libraries()
     try:
         args.func(args)
     except UserError as e:

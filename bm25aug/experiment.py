@@ -46,6 +46,7 @@ class EvalConfig:
     index: str | None = None  # search this index (a stock Pyserini/Anserini one too) instead of building one
     tokenizer: str | None = None  # the WordPiece tokenizer a stock wp ``index`` was built with
     remove_query: bool | None = None  # drop hits whose docid is the query id; None: the dataset's default
+    companions: bool = True  # run the method's companions (baselines) beside it
 
 
 @dataclass(frozen=True)
@@ -112,14 +113,16 @@ class EvalResult:
         return format_table(self.metrics)
 
     def summary(self) -> dict:
-        """The asked-for method's metrics, plus the companions' p50 and main metric (``--json-out``)."""
+        """The asked-for method's metrics, the companions' p50 and main metric beside them, and
+        every method's full metrics under ``methods`` (``--json-out``)."""
         out = dict(self.metrics[self.method], method=self.method, dataset=self.dataset, split=self.split,
                    checkpoint=str(self.checkpoint) if self.checkpoint else None, remove_query=self.remove_query)
         main_metric = "acc@5" if "acc@5" in out else "ndcg@10"
-        for name in METHODS[self.method].companions:
+        for name in [m for m in METHODS[self.method].companions if m in self.metrics]:
             key = name.replace("-", "_")
             out.update({f"latency_ms_p50_{key}": self.metrics[name]["latency_ms_p50"],
                         f"{main_metric}_{key}": self.metrics[name][main_metric]})
+        out["methods"] = self.metrics
         return out
 
 
@@ -216,7 +219,7 @@ def evaluate(config: EvalConfig) -> EvalResult:
     k = config.k or (100 if dataset.is_qa else 1000)
     remove_query = dataset.spec.remove_query if config.remove_query is None else config.remove_query
     metrics, runs = {}, {}
-    for name in (method.name, *method.companions):
+    for name in (method.name, *(method.companions if config.companions else ())):
         log.info("evaluating %s on %s/%s (%d queries)", name, dataset.name, split_name, len(split.queries))
         index = Path(config.index) if config.index and name == method.name else None
         metrics[name], runs[name] = run_method(METHODS[name], config, dataset, split, k, checkpoint,
@@ -239,8 +242,9 @@ def format_table(results: dict[str, dict]) -> str:
     keys = [k for k in ("ndcg@10", "recall@100", "recall_cap@100", "mrr@10", "map", "acc@1", "acc@5", "acc@20",
                         "acc@100", "latency_ms_p50", "latency_ms_p95", "aug_terms_mean", "added_precision_weight")
             if any(k in m for m in results.values())]
-    header = f"{'method':<14}" + "".join(f"{k:>15}" for k in keys)
+    width = {k: max(15, len(k) + 2) for k in keys}
+    header = f"{'method':<14}" + "".join(f"{k:>{width[k]}}" for k in keys)
     rows = [header, "-" * len(header)]
     for method, m in results.items():
-        rows.append(f"{method:<14}" + "".join(f"{m[k]:>15.4f}" if k in m else f"{'-':>15}" for k in keys))
+        rows.append(f"{method:<14}" + "".join(f"{m[k]:>{width[k]}.4f}" if k in m else f"{'-':>{width[k]}}" for k in keys))
     return "\n".join(rows)

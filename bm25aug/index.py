@@ -34,7 +34,7 @@ from filelock import FileLock
 from bm25aug.errors import UserError
 from bm25aug.io import CACHE_ROOT, atomic_dir, atomic_write_bytes, temp_sibling
 from bm25aug.java import JNI_LOCK, jclass
-from bm25aug.lucene import FIELD, open_reader, read_docids, write_docids
+from bm25aug.lucene import DOCIDS_FILE, FIELD, open_reader, read_docids, write_docids
 from bm25aug.tokenization import load_tokenizer, tokenize_batch, tokenizer_name, vocab_hash
 
 log = logging.getLogger(__name__)
@@ -188,6 +188,15 @@ def _write_shards(dataset: Dataset, folder: Path, shards: int, tokenizer) -> Pat
         for f in files:
             f.close()
     return folder
+
+
+def index_size(index_dir: str | Path) -> dict[str, int]:
+    """Bytes of the Lucene index (bm25aug's own caches beside it not counted), and of its
+    term-vector files (the stored document vectors that RM3/Rocchio need: ``.tvd/.tvx/.tvm``)."""
+    ours = {META_FILE, DOCIDS_FILE, _TERM_MATRIX}
+    files = [p for p in Path(index_dir).rglob("*") if p.is_file() and p.name not in ours]
+    return {"total": sum(p.stat().st_size for p in files),
+            "docvectors": sum(p.stat().st_size for p in files if p.suffix in (".tvd", ".tvx", ".tvm"))}
 
 
 def check_vocab(index_dir: str | Path, tokenizer) -> IndexMeta:

@@ -48,10 +48,13 @@ class AugmenterConfig:
     use_weights: bool = True  # ablation "w/o weight": w ≡ 1 per query token
     use_augmentation: bool = True  # ablation "no augmentation": a ≡ 0
     max_query_length: int = 64
-    pooling: str = "cls"  # query vector for a(q): "cls" (paper) or "mean" (sentence-transformers encoders)
+    # a(q) from one query vector, "cls" (paper) or "mean" (sentence-transformers encoders), or
+    # "max": SPLADE-style, the max over query tokens of ReLU(W h_i + b), so each added term is tied to a token.
+    pooling: str = "cls"
     aug_init: str = "embeddings"  # "embeddings": W starts as the word-embedding matrix; "random": N(0, 0.02)
     aug_init_bias: float = -1.0  # with tied init, only tokens close to the query start above zero
     target: str = "wp"  # the index the boosts are for: "wp" (the paper's) or "flat" (bm25aug.targets)
+    weight_floor: float = 0.0  # a query term's w is at least this (1: the original BM25 weight is a floor)
 
 
 @dataclass
@@ -130,7 +133,8 @@ class QueryAugmenter(nn.Module):
         from bm25aug.targets import make_target
 
         if getattr(self, "_target", None) is None:
-            self._target = make_target(self.config.target, self.tokenizer, self.config.max_query_length)
+            self._target = make_target(self.config.target, self.tokenizer, self.config.max_query_length,
+                                       self.config.weight_floor)
         return self._target
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> QueryOutput:
@@ -141,7 +145,10 @@ class QueryAugmenter(nn.Module):
         else:
             w = torch.ones_like(input_ids, dtype=hidden.dtype)
         w = w * real
-        if self.config.use_augmentation:
+        if self.config.use_augmentation and self.config.pooling == "max":
+            logits = self.aug_head(hidden).masked_fill(~real.unsqueeze(-1), float("-inf"))
+            a = torch.relu(logits.max(dim=1).values).masked_fill(self.special, 0.0)
+        elif self.config.use_augmentation:
             if self.config.pooling == "mean":
                 pooled = (hidden * attention_mask.unsqueeze(-1)).sum(1) / attention_mask.sum(1, keepdim=True)
             else:

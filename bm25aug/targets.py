@@ -11,7 +11,8 @@ it came from:
   tokens; "running" → "run" takes the mean over "running"'s pieces).
 
 An occurrence outside the encoder's window (``max_query_length`` tokens) keeps its BM25 weight,
-1, so a long query never loses a term. A query term t gets ``(sum of its occurrence weights) ·
+1, so a long query never loses a term; inside, its weight is at least ``weight_floor`` (default
+0; 1 keeps the original query's BM25 weight as a floor). A query term t gets ``(sum of its occurrence weights) ·
 (1 + a_t)``, any other term ``a_t``, where ``a_t`` is a of the vocabulary entry (wp) or the sum of
 a over the whole-word entries that analyze to t (flat, ``bm25aug.analysis.flat_map``). With
 w ≡ 1 and a ≡ 0 either target is plain BM25 on its index: each query term boosted by its count.
@@ -48,8 +49,8 @@ class Target:
 
     name = ""
 
-    def __init__(self, tokenizer, max_length: int):
-        self.tokenizer, self.max_length = tokenizer, max_length
+    def __init__(self, tokenizer, max_length: int, weight_floor: float = 0.0):
+        self.tokenizer, self.max_length, self.floor = tokenizer, max_length, np.float32(weight_floor)
         self.special = np.zeros(len(tokenizer), dtype=bool)
         self.special[tokenizer.all_special_ids] = True
 
@@ -84,7 +85,7 @@ class Target:
         for i in range(len(batch.terms)):
             weights: dict[str, np.float32] = {}
             for term, span in zip(batch.terms[i], batch.spans[i]):
-                occ = w[i, span].mean(dtype=np.float32) if span else one
+                occ = max(w[i, span].mean(dtype=np.float32), self.floor) if span else one
                 weights[term] = weights.get(term, np.float32(0)) + occ
             added = self.added(a[i]) if batch.has_tokens[i] else {}
             boosts = {t: tw * (one + added.get(t, np.float32(0))) for t, tw in weights.items()}
@@ -100,7 +101,7 @@ class Target:
     def boosts(self, batch: QueryBatch, w: torch.Tensor, a: torch.Tensor, cmap: "ColumnMap") -> torch.Tensor:
         """``w ⊙ (bow + a)`` over ``cmap``'s index columns (B x T), differentiable in w and a."""
         n, width = len(batch.terms), cmap.width
-        flat_index, occ_of, pos, coef, floor = [], [], [], [], []
+        flat_index, occ_of, pos, coef, outside = [], [], [], [], []
         for i, (terms, spans) in enumerate(zip(batch.terms, batch.spans)):
             for term, span in zip(terms, spans):
                 col = cmap.columns.get(term, -1)
@@ -108,15 +109,16 @@ class Target:
                     continue  # a term the index lacks matches nothing
                 o = len(flat_index)
                 flat_index.append(i * width + col)
-                floor.append(0.0 if span else 1.0)
+                outside.append(not span)
                 for p in span:
                     occ_of.append(o)
                     pos.append(i * w.shape[1] + p)
                     coef.append(1.0 / len(span))
         dev, dtype = w.device, w.dtype
-        occ = torch.tensor(floor, dtype=dtype, device=dev).index_add(
+        occ = torch.zeros(len(outside), dtype=dtype, device=dev).index_add(
             0, torch.tensor(occ_of, dtype=torch.long, device=dev),
             w.reshape(-1)[torch.tensor(pos, dtype=torch.long, device=dev)] * torch.tensor(coef, dtype=dtype, device=dev))
+        occ = torch.where(torch.tensor(outside, device=dev), torch.ones_like(occ), occ.clamp(min=float(self.floor)))
         where = torch.tensor(flat_index, dtype=torch.long, device=dev)
         term_w = torch.zeros(n * width, dtype=dtype, device=dev).index_add(0, where, occ).view(n, width)
         bow = torch.zeros(n * width, dtype=dtype, device=dev).index_add(0, where, torch.ones_like(occ)).view(n, width)
@@ -144,8 +146,8 @@ class ColumnMap:
 class WordPieceTarget(Target):
     name = "wp"
 
-    def __init__(self, tokenizer, max_length: int):
-        super().__init__(tokenizer, max_length)
+    def __init__(self, tokenizer, max_length: int, weight_floor: float = 0.0):
+        super().__init__(tokenizer, max_length, weight_floor)
         self.vocab = tokenizer.get_vocab()
         self.id_to_token = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
 
@@ -180,10 +182,10 @@ class WordPieceTarget(Target):
 class FlatTarget(Target):
     name = "flat"
 
-    def __init__(self, tokenizer, max_length: int):
+    def __init__(self, tokenizer, max_length: int, weight_floor: float = 0.0):
         from bm25aug.analysis import flat_map
 
-        super().__init__(tokenizer, max_length)
+        super().__init__(tokenizer, max_length, weight_floor)
         self.map = flat_map(tokenizer)
         self.csr = self.map.matrix()  # vocabulary x distinct flat terms
 
@@ -210,7 +212,7 @@ class FlatTarget(Target):
         return ColumnMap(bm25.columns, len(bm25.columns), matrix)
 
 
-def make_target(name: str, tokenizer, max_length: int) -> Target:
+def make_target(name: str, tokenizer, max_length: int, weight_floor: float = 0.0) -> Target:
     if name not in TARGETS:
         raise UserError(f"unknown target {name!r}; fix: use one of {', '.join(TARGETS)}")
-    return (WordPieceTarget if name == "wp" else FlatTarget)(tokenizer, max_length)
+    return (WordPieceTarget if name == "wp" else FlatTarget)(tokenizer, max_length, weight_floor)

@@ -61,6 +61,8 @@ class TrainConfig:
     b: float = 0.4
     threads: int = 2
     target: str = "wp"  # the index the model serves: "wp" (the paper's WordPiece index) or "flat"
+    pooling: str | None = None  # a(q) from "cls", "mean" or "max" (SPLADE-style); None: the encoder's own
+    weight_floor: float = 0.0  # query-term weights w are at least this (1: the BM25 weight is a floor)
 
     @classmethod
     def for_dataset(cls, dataset: str, **overrides) -> "TrainConfig":
@@ -148,7 +150,8 @@ class Trainer:
         else:
             self.model = QueryAugmenter.from_encoder(
                 config.encoder, use_weights=config.use_weights, use_augmentation=config.use_augmentation,
-                max_query_length=config.max_query_length, target=config.target)
+                max_query_length=config.max_query_length, target=config.target, weight_floor=config.weight_floor,
+                **({"pooling": config.pooling} if config.pooling else {}))
         self.searcher = BM25Searcher(index, config.k1, config.b, tokenizer=self.model.tokenizer)
         self.model.config.vocab_hash = self.searcher.meta.vocab_hash or self.model.config.vocab_hash
         self.bm25 = TorchBM25(index, self.model.tokenizer.get_vocab() if config.target == "wp" else None,

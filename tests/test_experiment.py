@@ -28,3 +28,34 @@ def test_augmented_brings_its_baselines(tiny_wp, offline_model, tmp_path):
 def test_unknown_method_is_a_user_error():
     with pytest.raises(UserError, match="unknown method 'bm25-magic'"):
         evaluate(EvalConfig(dataset="scifact", method="bm25-magic"))
+
+
+def test_remove_query_drops_the_query_document(tmp_path):
+    """ArguAna/Quora style: a query is also a document; Pyserini's BEIR runs drop that hit."""
+    from conftest import TINY_DOCS, write_beir
+
+    from bm25aug.data import REGISTRY
+
+    queries = {"d1": TINY_DOCS["d1"][1], "d3": TINY_DOCS["d3"][1]}
+    root = write_beir(tmp_path / "argu", queries=queries)  # qrels: d1 -> d1, d3 -> d3, so rewrite them
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nd1\td2\t1\nd3\td1\t1\n")
+    runs = {}
+    for flag in (False, True):
+        result = evaluate(EvalConfig(dataset=str(root), method="bm25-flat", remove_query=flag,
+                                     index_root=str(tmp_path / "idx")))
+        runs[flag] = result.runs["bm25-flat"]
+        assert result.summary()["remove_query"] is flag
+    assert all(run[0].docid == qid for qid, run in runs[False].items())  # the query finds itself first
+    assert all(h.docid != qid for qid, run in runs[True].items() for h in run)
+    assert all(runs[True][q] == [h for h in runs[False][q] if h.docid != q] for q in queries)
+    assert REGISTRY["arguana"].remove_query and REGISTRY["quora"].remove_query and not REGISTRY["scifact"].remove_query
+
+
+def test_rm3_needs_document_vectors(tmp_path):
+    """A flat index without stored document vectors: one line naming the fix, not a traceback."""
+    from test_stock_index import pyserini_index
+
+    from bm25aug.peers import ExpansionSearcher
+
+    with pytest.raises(UserError, match="storeDocvectors"):
+        ExpansionSearcher(pyserini_index(tmp_path / "stock.flat"), "rm3")

@@ -1,0 +1,93 @@
+"""Which training levers make augmentation pay in domain and on transfer, chosen on dev sets only.
+
+    python benchmarks/levers.py [--only NAME ...] [--source scifact --transfer nfcorpus]
+
+Each lever is ``train.py`` flags. A point is trained on the source set (its dev metric is the best
+epoch on the seeded dev slice of train, from ``log.jsonl``), then evaluated zero-shot on the
+transfer set's dev split (``eval.py --transfer``), where plain BM25 flat and wp run in the same
+process. Test sets are never looked at here. Results: ``runs/levers/<source>/*.json`` and a
+markdown table on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LEVERS: dict[str, list[str]] = {
+    "wp (paper)": ["--target", "wp"],
+    "flat": ["--target", "flat"],
+    "flat, 4 hard negatives": ["--target", "flat", "--hard-negatives", "4"],
+    "flat, λ 0.03": ["--target", "flat", "--lam", "0.03"],
+    "flat, max-pooled a": ["--target", "flat", "--pooling", "max"],
+    "flat, w floor 1": ["--target", "flat", "--weight-floor", "1"],
+}
+TRANSFER_SPLIT = {"nfcorpus": "dev", "scifact": "train", "squad": "train"}  # never the test split
+
+
+def slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name).strip("_")
+
+
+def run_point(name: str, flags: list[str], source: str, transfer: str, out: Path) -> dict:
+    ckpt, metrics = out / slug(name), out / f"{slug(name)}.{transfer}.json"
+    if not (ckpt / "best").exists() or not (ckpt / "log.jsonl").exists():
+        train = [sys.executable, "train.py", "--dataset", source, "--output-dir", str(ckpt), *flags, "--resume"]
+        subprocess.run(train, cwd=ROOT, check=True)
+    if not metrics.exists():
+        subprocess.run([sys.executable, "eval.py", "--transfer", transfer, "--split", TRANSFER_SPLIT[transfer],
+                        "--method", "augmented", "--checkpoint", str(ckpt), "--no-companions",
+                        "--json-out", str(metrics)], cwd=ROOT, check=True)
+    log = [json.loads(line) for line in (ckpt / "log.jsonl").read_text().splitlines()]
+    best = max(log[1:], key=lambda h: h["dev_metric"])
+    return {"source_dev": best["dev_metric"], "source_dev_bm25": log[0]["dev_metric"],
+            "source_dev_terms": best["dev_aug_terms"], **json.loads(metrics.read_text())}
+
+
+def baselines(transfer: str, out: Path) -> dict:
+    """bm25-flat and bm25-wp on the transfer dev split, for the table's reference rows."""
+    rows = {}
+    for method in ("bm25-flat", "bm25-wp"):
+        path = out / f"{method}.{transfer}.json"
+        if not path.exists():
+            subprocess.run([sys.executable, "eval.py", "--dataset", transfer, "--split", TRANSFER_SPLIT[transfer],
+                            "--method", method, "--json-out", str(path)], cwd=ROOT, check=True)
+        rows[method] = json.loads(path.read_text())
+    return rows
+
+
+def table(rows: dict[str, dict], base: dict[str, dict], source: str, transfer: str) -> str:
+    metric = "acc@5" if "acc@5" in next(iter(base.values())) else "ndcg@10"
+    lines = [f"| lever | {source} dev nDCG@10 (BM25 on it) | added terms ({source} dev) | {transfer} "
+             f"{TRANSFER_SPLIT[transfer]} {metric} | added terms ({transfer}) | added precision by weight ({transfer}) |",
+             "|---|---|---|---|---|---|"]
+    for name, m in rows.items():
+        lines.append(f"| {name} | {m['source_dev']:.4f} ({m['source_dev_bm25']:.4f}) | {m['source_dev_terms']:.1f} | "
+                     f"{m[metric]:.4f} | {m['aug_terms_mean']:.1f} | {m.get('added_precision_weight', float('nan')):.3f} |")
+    for method, m in base.items():
+        lines.append(f"| {method} | | | {m[metric]:.4f} | 0 | |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--source", default="scifact")
+    p.add_argument("--transfer", default="nfcorpus", choices=sorted(TRANSFER_SPLIT))
+    p.add_argument("--only", nargs="*", help="lever names to run (default: all)")
+    args = p.parse_args()
+    out = ROOT / "runs" / "levers" / args.source
+    out.mkdir(parents=True, exist_ok=True)
+    names = args.only or list(LEVERS)
+    unknown = [n for n in names if n not in LEVERS]
+    if unknown:
+        sys.exit(f"error: unknown lever(s) {unknown}; fix: use names from {list(LEVERS)}")
+    rows = {n: run_point(n, LEVERS[n], args.source, args.transfer, out) for n in names}
+    print(table(rows, baselines(args.transfer, out), args.source, args.transfer))
+
+
+if __name__ == "__main__":
+    main()
