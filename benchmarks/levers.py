@@ -25,6 +25,9 @@ LEVERS: dict[str, list[str]] = {
     "flat, λ 0.03": ["--target", "flat", "--lam", "0.03"],
     "flat, max-pooled a": ["--target", "flat", "--pooling", "max"],
     "flat, w floor 1": ["--target", "flat", "--weight-floor", "1"],
+    "flat, penalty floor 0.05": ["--target", "flat", "--penalty-floor", "0.05"],
+    "flat, penalty floor 0.2": ["--target", "flat", "--penalty-floor", "0.2"],
+    "wp, penalty floor 0.05": ["--target", "wp", "--penalty-floor", "0.05"],
 }
 TRANSFER_SPLIT = {"nfcorpus": "dev", "scifact": "train", "squad": "train"}  # never the test split
 

@@ -55,6 +55,10 @@ class AugmenterConfig:
     aug_init_bias: float = -1.0  # with tied init, only tokens close to the query start above zero
     target: str = "wp"  # the index the boosts are for: "wp" (the paper's) or "flat" (bm25aug.targets)
     weight_floor: float = 0.0  # a query term's w is at least this (1: the original BM25 weight is a floor)
+    # a(q) is used only when it has at most this many non-zero entries (0: always). Set after
+    # training to a high quantile of the training queries' counts, so that a query far from
+    # anything trained on keeps its reweighting and gets no guessed terms.
+    aug_gate: int = 0
 
 
 @dataclass
@@ -133,8 +137,7 @@ class QueryAugmenter(nn.Module):
         from bm25aug.targets import make_target
 
         if getattr(self, "_target", None) is None:
-            self._target = make_target(self.config.target, self.tokenizer, self.config.max_query_length,
-                                       self.config.weight_floor)
+            self._target = make_target(self.tokenizer, self.config)
         return self._target
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> QueryOutput:

@@ -10,6 +10,9 @@ it came from:
   overlap the analyzed word** ("breast-cancer" gives "breast" and "cancer", each from its own
   tokens; "running" → "run" takes the mean over "running"'s pieces).
 
+a(q) is dropped for a query where it has more than ``aug_gate`` non-zero entries, a count set
+after training from the training queries (``bm25aug.training.calibrate_gate``).
+
 An occurrence outside the encoder's window (``max_query_length`` tokens) keeps its BM25 weight,
 1, so a long query never loses a term; inside, its weight is at least ``weight_floor`` (default
 0; 1 keeps the original query's BM25 weight as a floor). A query term t gets ``(sum of its occurrence weights) ·
@@ -49,8 +52,10 @@ class Target:
 
     name = ""
 
-    def __init__(self, tokenizer, max_length: int, weight_floor: float = 0.0):
-        self.tokenizer, self.max_length, self.floor = tokenizer, max_length, np.float32(weight_floor)
+    def __init__(self, tokenizer, config):
+        """``config``: the model's ``AugmenterConfig`` (window, weight floor, augmentation gate)."""
+        self.tokenizer, self.config, self.max_length = tokenizer, config, config.max_query_length
+        self.floor = np.float32(config.weight_floor)
         self.special = np.zeros(len(tokenizer), dtype=bool)
         self.special[tokenizer.all_special_ids] = True
 
@@ -77,6 +82,16 @@ class Target:
         """Sort key of a term in a term list (wp: vocabulary id, as the index's term order)."""
         return term
 
+    def use_augmentation(self, batch: QueryBatch, a: np.ndarray) -> np.ndarray:
+        """Per query, whether a(q) is used: the query has a known token, and a(q) has at most
+        ``aug_gate`` non-zero entries (0: no gate). A query for which the model proposes far
+        more terms than for any training query is one it does not know; it keeps its
+        reweighting and gets no added terms."""
+        keep = batch.has_tokens.copy()
+        if self.config.aug_gate:
+            keep &= np.count_nonzero(a > 0, axis=1) <= self.config.aug_gate
+        return keep
+
     # ------------------------------------------------------------------------------ search side
     def term_lists(self, batch: QueryBatch, w: np.ndarray, a: np.ndarray) -> list[dict[str, float]]:
         """``{term: boost}`` per query, boosts > 0 only, in float32 as the torch path computes them."""
@@ -87,7 +102,7 @@ class Target:
             for term, span in zip(batch.terms[i], batch.spans[i]):
                 occ = max(w[i, span].mean(dtype=np.float32), self.floor) if span else one
                 weights[term] = weights.get(term, np.float32(0)) + occ
-            added = self.added(a[i]) if batch.has_tokens[i] else {}
+            added = self.added(a[i]) if self.use_augmentation(batch, a)[i] else {}
             boosts = {t: tw * (one + added.get(t, np.float32(0))) for t, tw in weights.items()}
             boosts.update((t, v) for t, v in added.items() if t not in weights)
             result.append({t: float(boosts[t]) for t in sorted(boosts, key=self.order) if boosts[t] > 0})
@@ -122,7 +137,7 @@ class Target:
         where = torch.tensor(flat_index, dtype=torch.long, device=dev)
         term_w = torch.zeros(n * width, dtype=dtype, device=dev).index_add(0, where, occ).view(n, width)
         bow = torch.zeros(n * width, dtype=dtype, device=dev).index_add(0, where, torch.ones_like(occ)).view(n, width)
-        a = a * torch.as_tensor(batch.has_tokens, device=dev).unsqueeze(1)
+        a = a * torch.as_tensor(self.use_augmentation(batch, a.detach().cpu().numpy()), device=dev).unsqueeze(1)
         a_cols = cmap.project(a)
         return torch.where(bow > 0, term_w * (1 + a_cols), a_cols)
 
@@ -146,8 +161,8 @@ class ColumnMap:
 class WordPieceTarget(Target):
     name = "wp"
 
-    def __init__(self, tokenizer, max_length: int, weight_floor: float = 0.0):
-        super().__init__(tokenizer, max_length, weight_floor)
+    def __init__(self, tokenizer, config):
+        super().__init__(tokenizer, config)
         self.vocab = tokenizer.get_vocab()
         self.id_to_token = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
 
@@ -182,10 +197,10 @@ class WordPieceTarget(Target):
 class FlatTarget(Target):
     name = "flat"
 
-    def __init__(self, tokenizer, max_length: int, weight_floor: float = 0.0):
+    def __init__(self, tokenizer, config):
         from bm25aug.analysis import flat_map
 
-        super().__init__(tokenizer, max_length, weight_floor)
+        super().__init__(tokenizer, config)
         self.map = flat_map(tokenizer)
         self.csr = self.map.matrix()  # vocabulary x distinct flat terms
 
@@ -212,7 +227,8 @@ class FlatTarget(Target):
         return ColumnMap(bm25.columns, len(bm25.columns), matrix)
 
 
-def make_target(name: str, tokenizer, max_length: int, weight_floor: float = 0.0) -> Target:
-    if name not in TARGETS:
-        raise UserError(f"unknown target {name!r}; fix: use one of {', '.join(TARGETS)}")
-    return (WordPieceTarget if name == "wp" else FlatTarget)(tokenizer, max_length, weight_floor)
+def make_target(tokenizer, config) -> Target:
+    """The target named by ``config.target`` (an ``AugmenterConfig``)."""
+    if config.target not in TARGETS:
+        raise UserError(f"unknown target {config.target!r}; fix: use one of {', '.join(TARGETS)}")
+    return (WordPieceTarget if config.target == "wp" else FlatTarget)(tokenizer, config)

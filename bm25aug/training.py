@@ -48,6 +48,8 @@ class TrainConfig:
     warmup_ratio: float = 0.1
     lam: float = 0.1  # λ of the sparsity penalty
     uniform_l1: bool = False  # ablation: penalty 1 for every term instead of sqrt(df/N)
+    penalty_floor: float = 0.0  # the L1 penalty of a term is at least this (rare terms are otherwise nearly free)
+    gate_quantile: float = 0.99  # after training, gate a(q) at this quantile of the training queries' counts (0: off)
     use_weights: bool = True  # ablation: w ≡ 1
     use_augmentation: bool = True  # ablation: a ≡ 0 (reweighting only)
     bag_of_words: bool = False  # ablation: score with bow(d), no idf or tf saturation
@@ -86,13 +88,15 @@ class AugmentationLoss(nn.Module):
     """``-log softmax(score(q, d+))`` over positive, hard and in-batch negatives, + ``λ·penaltyᵀa``.
 
     The penalty of a vocabulary entry is ``sqrt(df/N)`` of the index term it reaches (through the
-    target's map for ``flat``)."""
+    target's map for ``flat``), at least ``penalty_floor``: with the paper's sqrt(df/N) alone a term
+    in one document of 5,000 costs 0.014, so rare terms the ranking loss never sees stay in a(q)."""
 
-    def __init__(self, bm25: TorchBM25, cmap, lam: float, uniform_l1: bool):
+    def __init__(self, bm25: TorchBM25, cmap, lam: float, uniform_l1: bool, penalty_floor: float = 0.0):
         super().__init__()
         h = cmap.vocab_df(bm25.df) / bm25.num_docs
         # Terms the index lacks can never match: they get the full penalty so a(q) drops them.
         penalty = torch.ones_like(h) if uniform_l1 else torch.where(h > 0, h.sqrt(), torch.ones_like(h))
+        penalty = penalty.clamp(min=penalty_floor)
         self.register_buffer("penalty", penalty)
         self.bm25, self.lam = bm25, lam
 
@@ -158,7 +162,7 @@ class Trainer:
                               BM25Params(config.k1, config.b, bag_of_words=config.bag_of_words))
         self.target = self.model.target
         self.cmap = self.target.columns(self.bm25)
-        self.loss = AugmentationLoss(self.bm25, self.cmap, config.lam, config.uniform_l1)
+        self.loss = AugmentationLoss(self.bm25, self.cmap, config.lam, config.uniform_l1, config.penalty_floor)
         train, self.dev, dev_how = dataset.train_dev(config.dev_size, config.seed)
         write_json(self.out / "dev_split.json", {"how": dev_how, "qids": sorted(self.dev.queries)})
         negatives = self._negatives(train)
@@ -245,7 +249,21 @@ class Trainer:
             write_jsonl(log_path, history)
             self._save_state(state)
             plot_curves(history, self.out / "curves.png")
+        self._calibrate_gate()
         return {"best_dev_metric": state["best"], "history": history}
+
+    def _calibrate_gate(self) -> None:
+        """Set the best model's ``aug_gate`` from the training queries (see ``calibrate_gate``)."""
+        best = self.out / "best"
+        if not self.config.gate_quantile or not (best / CONFIG_NAME).exists():
+            return
+        model = QueryAugmenter.from_pretrained(best)
+        gate = calibrate_gate(model, [e.query for e in self.examples], self.config.gate_quantile)
+        if model.config.aug_gate != gate:
+            model.config.aug_gate = gate
+            model.save_pretrained(best)
+        log.info("augmentation gate: a(q) is used for queries with at most %d non-zero entries "
+                 "(quantile %.2f of the training queries)", gate, self.config.gate_quantile)
 
     def _step(self, batch: list[Example], rng: random.Random) -> dict[str, torch.Tensor]:
         c = self.config
@@ -306,6 +324,18 @@ class Trainer:
         torch.set_rng_state(saved["torch_rng"])
         log.info("resuming %s after epoch %d", self.out, saved["state"]["epoch"])
         return saved["state"]
+
+
+@torch.no_grad()
+def calibrate_gate(model: QueryAugmenter, queries: list[str], quantile: float) -> int:
+    """The ``quantile`` of the number of non-zero a(q) entries over ``queries``: the most terms
+    the model proposes for queries like those it was trained on (at least 1)."""
+    counts = []
+    for lo in range(0, len(queries), 64):
+        batch = model.target.batch(queries[lo:lo + 64])
+        out = model(torch.from_numpy(batch.input_ids), torch.from_numpy(batch.attention_mask))
+        counts.extend((out.augmentation > 0).sum(dim=1).tolist())
+    return max(1, int(math.ceil(np.quantile(counts, quantile)))) if counts else 0
 
 
 def _fresh_state() -> dict:

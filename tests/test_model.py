@@ -55,3 +55,27 @@ def test_quantized_model_keeps_the_query_terms(offline_model):
     full, small = offline_model.eval().encode(q)[0], offline_model.quantized().encode(q)[0]
     for t in ("breast", "cancer"):
         assert t in full and t in small
+
+
+@torch.no_grad()
+def test_augmentation_gate_keeps_reweighting_only(offline_model):
+    """A query for which a(q) has more non-zero entries than ``aug_gate`` gets no added terms;
+    its own terms keep w. ``calibrate_gate`` is the quantile of those counts over queries."""
+    from dataclasses import replace
+
+    from bm25aug.training import calibrate_gate
+
+    q = "does vitamin d affect birth weight"
+    enc = offline_model.tokenize([q])
+    n = int((offline_model.eval()(enc["input_ids"], enc["attention_mask"]).augmentation > 0).sum())
+    assert n > 1
+    gated = QueryAugmenter(replace(offline_model.config, aug_gate=n - 1), offline_model.encoder,
+                           offline_model.tokenizer).eval()
+    gated.load_state_dict(offline_model.state_dict())
+    plain = QueryAugmenter(replace(offline_model.config, use_augmentation=False), offline_model.encoder,
+                           offline_model.tokenizer).eval()
+    plain.load_state_dict(offline_model.state_dict())
+    assert gated.encode([q])[0] == pytest.approx(plain.encode([q])[0])  # reweighting only
+    gated.config.aug_gate = n
+    assert gated.encode([q])[0] == pytest.approx(offline_model.encode([q])[0])
+    assert calibrate_gate(offline_model, [q] * 3, 0.99) == n
