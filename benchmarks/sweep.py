@@ -3,9 +3,11 @@
     python benchmarks/sweep.py --lams 0.03 0.1 0.3 1.0          # sparsity sweep (PNG + table)
     python benchmarks/sweep.py --ablations                     # the paper's Table 2 rows + no-aug
 
-Each point is ``train.py`` then ``eval.py --method augmented`` (which also runs bm25-wp in the
-same process, so latency ratios compare like with like). Results: ``runs/sweep/*.json``, a
-markdown table on stdout and ``docs/sweep.png``.
+Each point is ``train.py --target wp`` (the paper's target) then ``eval.py --method augmented`` (which also runs bm25-wp in the
+same process, so latency ratios compare like with like). Runs go where
+``bm25aug/reproductions.yaml`` expects them (``runs/sweep/lam*``, ``runs/ablations/*``, the
+default wp model ``runs/targets/<dataset>_wp``), metrics beside each as ``<run>.json``; a markdown
+table on stdout and ``docs/sweep.png``.
 """
 
 from __future__ import annotations
@@ -19,15 +21,16 @@ from pathlib import Path
 from bm25aug.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-ABLATIONS = {"full": [], "uniform L1": ["--uniform-l1"], "no w": ["--no-weights"],
-             "bag-of-words scoring": ["--bag-of-words"], "no augmentation": ["--no-augmentation"]}
+# Output folders as bm25aug/reproductions.yaml names them, so that its conditions reuse these runs.
+ABLATIONS = {"uniform_l1": ["--uniform-l1"], "no_w": ["--no-weights"], "bag_of_words": ["--bag-of-words"],
+             "no_augmentation": ["--no-augmentation"]}
 
 
-def run_point(name: str, flags: list[str], dataset: str, out: Path) -> dict:
-    name = name.replace(" ", "_")
-    ckpt, metrics = out / name, out / f"{name}.json"
+def run_point(ckpt: Path, flags: list[str], dataset: str) -> dict:
+    """Train (the paper's wp target) into ``ckpt`` and evaluate; metrics cached beside it."""
+    metrics = ckpt.with_suffix(".json")
     if not metrics.exists():
-        train = [sys.executable, "train.py", "--dataset", dataset, "--output-dir", str(ckpt), *flags]
+        train = [sys.executable, "train.py", "--dataset", dataset, "--target", "wp", "--output-dir", str(ckpt), *flags]
         if (ckpt / "last").exists():
             train.append("--resume")
         subprocess.run(train, cwd=ROOT, check=True)
@@ -78,22 +81,22 @@ def main() -> None:
     p.add_argument("--dataset", default="scifact")
     p.add_argument("--lams", type=float, nargs="*", default=[])
     p.add_argument("--ablations", action="store_true")
-    p.add_argument("--out", default="runs/sweep")
     p.add_argument("--plot", default="docs/sweep.png", help="where the sweep's PNG goes (the README shows it)")
     args = p.parse_args()
-    out = ROOT / args.out
-    out.mkdir(parents=True, exist_ok=True)
+    default_wp = ROOT / "runs" / "targets" / f"{args.dataset}_wp"  # the wp target at default settings
     if args.lams:
-        default = TrainConfig.for_dataset(args.dataset).lam  # that point is the ablations' "full" run
-        rows = {f"λ={lam:g}": run_point("ablation_full" if lam == default else f"lam{lam:g}", ["--lam", str(lam)],
-                                        args.dataset, out) for lam in args.lams}
+        default = TrainConfig.for_dataset(args.dataset).lam
+        rows = {f"λ={lam:g}": run_point(default_wp if lam == default else ROOT / "runs" / "sweep" / f"lam{lam:g}",
+                                        ["--lam", str(lam)], args.dataset) for lam in args.lams}
         print("\nSparsity sweep\n" + table(rows))
         plot_path = ROOT / args.plot
         plot_path.parent.mkdir(parents=True, exist_ok=True)
         plot(rows, plot_path)
         print(f"plot: {plot_path}")
     if args.ablations:
-        rows = {name: run_point(f"ablation_{name}", flags, args.dataset, out) for name, flags in ABLATIONS.items()}
+        rows = {"full": run_point(default_wp, [], args.dataset)}
+        rows.update({name: run_point(ROOT / "runs" / "ablations" / name, flags, args.dataset)
+                     for name, flags in ABLATIONS.items()})
         print("\nAblations\n" + table(rows))
 
 

@@ -62,9 +62,13 @@ class TrainConfig:
     k1: float = 0.9
     b: float = 0.4
     threads: int = 2
-    target: str = "wp"  # the index the model serves: "wp" (the paper's WordPiece index) or "flat"
+    # The index the model serves: "flat" (Lucene's English analyzer, Pyserini's stock indexes; the
+    # default, chosen on dev and transfer-dev sets: README "Targets") or "wp" (the paper's WordPiece index).
+    target: str = "flat"
     pooling: str | None = None  # a(q) from "cls", "mean" or "max" (SPLADE-style); None: the encoder's own
-    weight_floor: float = 0.0  # query-term weights w are at least this (1: the BM25 weight is a floor)
+    # Query-term weights w are at least this: 1 keeps each query term's BM25 weight as a floor, so the
+    # model can raise a term but never drop it (the paper: 0). Chosen on transfer-dev sets.
+    weight_floor: float = 1.0
 
     @classmethod
     def for_dataset(cls, dataset: str, **overrides) -> "TrainConfig":
@@ -72,6 +76,9 @@ class TrainConfig:
         values = {**PRESETS.get(dataset, PRESETS["_small_beir"]), **{k: v for k, v in overrides.items() if v is not None}}
         return cls(dataset=dataset, **values)
 
+
+# Values of settings added after the first release, for runs saved before they existed.
+_PREDATES = {"target": "wp", "weight_floor": 0.0, "pooling": None, "penalty_floor": 0.0}
 
 PRESETS: dict[str, dict] = {
     # Paper, section 3 (DistilBERT, AdamW, batch 144).
@@ -156,7 +163,10 @@ class Trainer:
                 config.encoder, use_weights=config.use_weights, use_augmentation=config.use_augmentation,
                 max_query_length=config.max_query_length, target=config.target, weight_floor=config.weight_floor,
                 **({"pooling": config.pooling} if config.pooling else {}))
-        self.searcher = BM25Searcher(index, config.k1, config.b, tokenizer=self.model.tokenizer)
+        self.searcher = BM25Searcher(index, config.k1, config.b, tokenizer=self.model.tokenizer, flavor=config.target)
+        if self.searcher.meta.flavor != config.target:
+            raise UserError(f"{index} is a {self.searcher.meta.flavor} index but --target is {config.target}; "
+                            f"fix: pass the dataset's {config.target} index, or --target {self.searcher.meta.flavor}")
         self.model.config.vocab_hash = self.searcher.meta.vocab_hash or self.model.config.vocab_hash
         self.bm25 = TorchBM25(index, self.model.tokenizer.get_vocab() if config.target == "wp" else None,
                               BM25Params(config.k1, config.b, bag_of_words=config.bag_of_words))
@@ -181,9 +191,12 @@ class Trainer:
                             f"or choose another --output-dir")
         if resume and saved.exists():
             old = json.loads(saved.read_text())
-            # A setting the saved run predates had its default then.
-            changed = [f.name for f in fields(TrainConfig) if f.name not in ("epochs", "threads")
-                       and old.get(f.name, f.default) != getattr(self.config, f.name)]
+            # A setting the saved run predates had the value of its day (the paper's wp target, no
+            # weight floor); a moved run folder resumes where it now is; the gate is set after
+            # training, so a resume may change it.
+            changed = [f.name for f in fields(TrainConfig) if f.name not in ("epochs", "threads", "output_dir",
+                                                                               "gate_quantile")
+                       and old.get(f.name, _PREDATES.get(f.name, f.default)) != getattr(self.config, f.name)]
             if changed:
                 raise UserError(f"--resume with settings that differ from the saved run ({', '.join(changed)}); "
                                 f"fix: rerun with the same settings or a new --output-dir")

@@ -95,12 +95,12 @@ def test_augmented_batch_search_threads_equal_one_thread(scifact, scifact_wp, of
 def test_two_seeded_trainings_write_identical_logs(tiny_wp, tmp_path):
     from bm25aug.training import TrainConfig, Trainer
 
-    ds, wp, _ = tiny_wp
+    ds, _, flat = tiny_wp  # the default target, flat
     logs = []
     for name in ("a", "b"):
         config = TrainConfig(dataset="tiny", output_dir=str(tmp_path / name), epochs=2, batch_size=4, dev_size=2,
                              negative_depth=3, threads=2)
-        Trainer(config, ds, wp).train()
+        Trainer(config, ds, flat).train()
         logs.append((tmp_path / name / "log.jsonl").read_bytes())
     assert logs[0] == logs[1]
 
@@ -232,14 +232,14 @@ def test_checkpoint_without_tokenizer_json(offline_model, tmp_path):
 def test_resume_after_kill_between_log_and_checkpoint(tiny_wp, tmp_path):
     from bm25aug.training import TrainConfig, Trainer
 
-    ds, wp, _ = tiny_wp
+    ds, _, flat = tiny_wp
     config = dict(dataset="tiny", output_dir=str(tmp_path / "run"), batch_size=4, dev_size=2, negative_depth=3, threads=1)
-    Trainer(TrainConfig(epochs=1, **config), ds, wp).train()
+    Trainer(TrainConfig(epochs=1, **config), ds, flat).train()
     log_path = tmp_path / "run" / "log.jsonl"
     lines = log_path.read_text().splitlines()
     # As if killed after log.jsonl got epoch 2 but before last/ was saved.
     log_path.write_text("\n".join([*lines, json.dumps({**json.loads(lines[-1]), "epoch": 2})]) + "\n")
-    Trainer(TrainConfig(epochs=2, **config), ds, wp, resume=True).train()
+    Trainer(TrainConfig(epochs=2, **config), ds, flat, resume=True).train()
     assert [json.loads(line)["epoch"] for line in log_path.read_text().splitlines()] == [0, 1, 2]
 
 

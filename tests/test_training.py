@@ -9,7 +9,7 @@ from bm25aug.training import TrainConfig, Trainer
 
 
 def tiny_config(out, **kw):
-    settings = dict(epochs=1, batch_size=4, dev_size=2, negative_depth=3, threads=1) | kw
+    settings = dict(epochs=1, batch_size=4, dev_size=2, negative_depth=3, threads=1, target="wp") | kw
     return TrainConfig(dataset="tiny", output_dir=str(out), **settings)
 
 
@@ -29,6 +29,29 @@ def test_train_then_resume(tiny_wp, tmp_path):
     assert [r["epoch"] for r in resumed["history"]] == [0, 1, 2]  # continued, not restarted
     with pytest.raises(UserError, match="differ from the saved run"):
         Trainer(tiny_config(out, lam=0.5), ds, wp, resume=True)
+
+
+def test_flat_target_trains_calibrates_its_gate_and_old_runs_resume(tiny_wp, tmp_path):
+    """The default target (flat) trains on a flat index; after training, best/ carries the gate;
+    a run saved before targets existed resumes as the wp run it was."""
+    from bm25aug.model import QueryAugmenter
+
+    ds, wp, flat = tiny_wp
+    out = tmp_path / "flat"
+    Trainer(tiny_config(out, target="flat", weight_floor=1.0), ds, flat).train()
+    best = QueryAugmenter.from_pretrained(out / "best")
+    assert best.config.target == "flat" and best.config.weight_floor == 1.0 and best.config.aug_gate >= 1
+    with pytest.raises(UserError, match="flat index"):
+        Trainer(tiny_config(tmp_path / "mismatch", target="flat"), ds, wp)
+    legacy = tmp_path / "legacy"
+    Trainer(tiny_config(legacy, weight_floor=0.0), ds, wp).train()
+    saved = json.loads((legacy / "config.json").read_text())
+    for key in ("target", "weight_floor", "gate_quantile", "pooling", "penalty_floor"):
+        saved.pop(key)
+    (legacy / "config.json").write_text(json.dumps(saved))
+    Trainer(tiny_config(legacy, weight_floor=0.0, epochs=2), ds, wp, resume=True).train()
+    with pytest.raises(UserError, match="target"):
+        Trainer(tiny_config(legacy, target="flat", weight_floor=0.0, epochs=2), ds, flat, resume=True)
 
 
 @pytest.mark.parametrize("flags", [dict(uniform_l1=True), dict(use_weights=False), dict(bag_of_words=True),
