@@ -6,7 +6,8 @@ and bm25s as the speed peer, with every latency as a ratio to the floor.
 * floor: the wp query's Lucene query built from its term list, then ``IndexSearcher.search`` for
   k hits; the TopDocs stay in Java (no hit is read into Python).
 * bm25-flat, bm25-wp, augmented: what ``search_arrays`` returns (Lucene doc numbers, Anserini's
-  scores, external ids), query text in; augmented includes encoding the query.
+  scores, external ids), query text in; augmented (on the index of the model's target) includes
+  encoding the query.
 * encode: the model alone, ONNX int8 (what search uses) and torch int8 (the previous default).
 * p50 and p95 on one thread; QPS of ``batch_search`` on 1 and 2 threads (encoding included).
 * bm25s (``pip install -e '.[bench]'``): its own tokenizer and index over the same texts, k hits,
@@ -81,7 +82,8 @@ def run(dataset_name: str, checkpoint: Path, split: str | None, k: int) -> dict:
     queries = list(dataset.split(split or dataset.spec.eval_split).queries.values())
     wp = BM25Searcher(ensure_index(dataset, "wp"))
     flat = BM25Searcher(ensure_index(dataset, "flat"))
-    augmented = AugmentedSearcher.from_pretrained(checkpoint, wp.index_dir)
+    model = load_encoder(checkpoint, "onnx-int8")
+    augmented = AugmentedSearcher(model, flat if model.config.target == "flat" else wp)
     index = wp.index
     term_lists = [wp.query_terms(q) for q in queries]
 

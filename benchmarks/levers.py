@@ -39,11 +39,11 @@ def run_point(name: str, flags: list[str], source: str, transfer: str, out: Path
     ckpt, metrics = out / slug(name), out / f"{slug(name)}.{transfer}.json"
     if not (ckpt / "best").exists() or not (ckpt / "log.jsonl").exists():
         train = [sys.executable, "train.py", "--dataset", source, "--output-dir", str(ckpt), *flags, "--resume"]
-        subprocess.run(train, cwd=ROOT, check=True)
+        subprocess.run(train, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     if not metrics.exists():
         subprocess.run([sys.executable, "eval.py", "--transfer", transfer, "--split", TRANSFER_SPLIT[transfer],
                         "--method", "augmented", "--checkpoint", str(ckpt), "--no-companions",
-                        "--json-out", str(metrics)], cwd=ROOT, check=True)
+                        "--json-out", str(metrics)], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     log = [json.loads(line) for line in (ckpt / "log.jsonl").read_text().splitlines()]
     best = max(log[1:], key=lambda h: h["dev_metric"])
     return {"source_dev": best["dev_metric"], "source_dev_bm25": log[0]["dev_metric"],
@@ -57,7 +57,8 @@ def baselines(transfer: str, out: Path) -> dict:
         path = out / f"{method}.{transfer}.json"
         if not path.exists():
             subprocess.run([sys.executable, "eval.py", "--dataset", transfer, "--split", TRANSFER_SPLIT[transfer],
-                            "--method", method, "--json-out", str(path)], cwd=ROOT, check=True)
+                            "--method", method, "--json-out", str(path)], cwd=ROOT, check=True,
+                           stdout=subprocess.DEVNULL)
         rows[method] = json.loads(path.read_text())
     return rows
 

@@ -113,7 +113,8 @@ def markdown(rows: list[dict]) -> str:
 def readme_block(table: str, conditions: list[Condition]) -> str:
     """The README table of one ``table`` name, from the expected values."""
     members = [c for c in conditions if table in c.tables]
-    metrics = list(dict.fromkeys(m for c in members for m in [*c.expected, *(c.reported or {})]))
+    present = {m for c in members for m in [*c.expected, *(c.reported or {})]}
+    metrics = [m for m in METRIC_NAMES if m in present] + sorted(present - METRIC_NAMES.keys())
     lines = ["| condition | " + " | ".join(METRIC_NAMES.get(m, m) for m in metrics) + " | command |",
              "|---|" + "---|" * len(metrics) + "---|"]
     for c in members:
