@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 from dataclasses import fields
 from pathlib import Path
 
@@ -59,11 +60,12 @@ def cmd_train(args) -> None:
                      output_dir=args.output_dir or str(CHECKPOINT_ROOT / dataset.name))
     config = TrainConfig.for_dataset(dataset.name, **{k: v for k, v in overrides.items() if k != "dataset"})
     index = ensure_index(dataset, config.target, args.index_root, threads=args.threads)
+    start = time.perf_counter()
     result = Trainer(config, dataset, index, resume=args.resume).train()
     reference = result["history"][0]  # epoch 0: plain BM25 on the target's index, same dev queries
     print(f"best dev {reference['dev_metric_name']}: {result['best_dev_metric']:.4f} "
           f"(BM25 {config.target} on the same dev queries: {reference['dev_metric']:.4f}); "
-          f"model: {config.output_dir}/best")
+          f"model: {config.output_dir}/best ({time.perf_counter() - start:.0f} s)")
 
 
 # ----------------------------------------------------------------------------------------- eval
@@ -83,7 +85,7 @@ def cmd_eval(args) -> None:
                         transfer=bool(args.transfer), k=args.k, k1=args.k1, b=args.b, runtime=args.runtime,
                         index_root=args.index_root, data_dir=args.data_dir, threads=args.threads,
                         index=args.index, tokenizer=args.tokenizer, remove_query=args.remove_query,
-                        companions=args.companions)
+                        companions=args.companions, aug_gate=args.aug_gate)
     if args.run:
         metrics = score_run(config, args.run)
         print(format_table({Path(args.run).name: metrics}))
@@ -169,6 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--remove-query", action=argparse.BooleanOptionalAction, default=None,
                    help="drop hits whose docid is the query id before scoring, as Pyserini's BEIR regressions "
                         "(default: on for arguana and quora, off elsewhere)")
+    p.add_argument("--aug-gate", type=int, help="override the checkpoint's augmentation gate: a(q) only for "
+                                                "queries with at most N non-zero entries (0: off)")
     p.add_argument("--no-companions", dest="companions", action="store_false",
                    help="run only --method (augmented otherwise brings bm25-flat, bm25-wp, bm25-rm3, bm25-rocchio)")
     p.add_argument("--run", help="score this TREC run file instead of searching")

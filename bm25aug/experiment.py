@@ -40,6 +40,7 @@ class EvalConfig:
     k1: float = 0.9
     b: float = 0.4
     runtime: str = "onnx-int8"  # the query encoder's runtime (augmented)
+    aug_gate: int | None = None  # override the checkpoint's augmentation gate (0: off)
     index_root: str | None = None
     data_dir: str | None = None
     threads: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))  # index builds
@@ -83,7 +84,8 @@ def _expansion(name: str):
 def _augmented(index: Path, config: EvalConfig, checkpoint: Path | None):
     from bm25aug.search import AugmentedSearcher
 
-    return AugmentedSearcher.from_pretrained(checkpoint, index, config.k1, config.b, runtime=config.runtime)
+    return AugmentedSearcher.from_pretrained(checkpoint, index, config.k1, config.b, runtime=config.runtime,
+                                             aug_gate=config.aug_gate)
 
 
 METHODS: dict[str, Method] = {m.name: m for m in (

@@ -201,12 +201,15 @@ class AugmentedSearcher:
     @classmethod
     def from_pretrained(cls, checkpoint: str | Path, index: str | Path, k1: float = 0.9, b: float = 0.4,
                         top_k: int | None = None, threshold: float = 0.0,
-                        runtime: str = "onnx-int8") -> "AugmentedSearcher":
+                        runtime: str = "onnx-int8", aug_gate: int | None = None) -> "AugmentedSearcher":
         """``runtime`` of the query encoder: ``onnx-int8`` (default, and what ``bm25aug export`` uses), ``torch-int8``
-        or ``torch-fp32`` (the reference); see ``bm25aug.fast_encoder``."""
+        or ``torch-fp32`` (the reference); see ``bm25aug.fast_encoder``. ``aug_gate`` overrides the
+        checkpoint's augmentation gate (0: off; see ``bm25aug.targets``)."""
         from bm25aug.fast_encoder import load_encoder
 
         model = load_encoder(checkpoint, runtime)
+        if aug_gate is not None:
+            model.config.aug_gate = aug_gate
         return cls(model, BM25Searcher(index, k1, b, tokenizer=model.tokenizer, flavor=model.config.target),
                    top_k, threshold)
 
