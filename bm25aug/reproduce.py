@@ -124,10 +124,13 @@ def readme_block(table: str, conditions: list[Condition]) -> str:
     for c in seeded:
         s = c.seeds["ndcg@10"]
         lines.append("")
-        lines.append(f"{c.row}: over {len(s['runs'])} seeds ({', '.join(str(x) for x in c.seeds['seeds'])}), "
+        note = f" ({c.seeds['note']})" if "note" in c.seeds else ""
+        extra = "".join(f" {METRIC_NAMES.get(m, m).capitalize()}: runs {', '.join(f'{x:g}' for x in v['runs'])}."
+                        for m, v in c.seeds.items() if m not in ("seeds", "note", "ndcg@10"))
+        lines.append(f"{c.row}: over {len(s['runs'])} seeds ({', '.join(str(x) for x in c.seeds['seeds'])}){note}, "
                      f"nDCG@10 {s['mean']:.4f} ± {s['std']:.4f} (mean ± std; runs "
                      f"{', '.join(f'{x:.4f}' for x in s['runs'])}). A single-seed difference smaller than "
-                     f"that spread is noise.")
+                     f"that spread is noise.{extra}")
     return "\n".join(lines)
 
 
