@@ -27,6 +27,7 @@ LEVERS: dict[str, list[str]] = {
     "flat, max-pooled a": ["--target", "flat", "--weight-floor", "0", "--pooling", "max"],
     "flat, w floor 1 (the default)": ["--target", "flat", "--weight-floor", "1"],
     "flat, penalty floor 0.05": ["--target", "flat", "--weight-floor", "0", "--penalty-floor", "0.05"],
+    "flat, w floor 1, penalty floor 0.15": ["--target", "flat", "--weight-floor", "1", "--penalty-floor", "0.15"],
 }
 TRANSFER_SPLIT = {"nfcorpus": "dev", "scifact": "train", "squad": "train"}  # never the test split
 
