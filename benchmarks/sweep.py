@@ -3,7 +3,7 @@
     python benchmarks/sweep.py --lams 0.03 0.1 0.3 1.0          # sparsity sweep (PNG + table)
     python benchmarks/sweep.py --ablations                     # the paper's Table 2 rows + no-aug
 
-Each point is ``train.py --target wp`` (the paper's target) then ``eval.py --method augmented`` (which also runs bm25-wp in the
+Each point is ``train.py --target wp --weight-floor 0`` (the paper's setting) then ``eval.py --method augmented`` (which also runs bm25-wp in the
 same process, so latency ratios compare like with like). Runs go where
 ``bm25aug/reproductions.yaml`` expects them (``runs/sweep/lam*``, ``runs/ablations/*``, the
 default wp model ``runs/targets/<dataset>_wp``), metrics beside each as ``<run>.json``; a markdown
@@ -27,10 +27,12 @@ ABLATIONS = {"uniform_l1": ["--uniform-l1"], "no_w": ["--no-weights"], "bag_of_w
 
 
 def run_point(ckpt: Path, flags: list[str], dataset: str) -> dict:
-    """Train (the paper's wp target) into ``ckpt`` and evaluate; metrics cached beside it."""
+    """Train (the paper's setting: wp target, no weight floor, as reproductions.yaml's runs) into
+    ``ckpt`` and evaluate; metrics cached beside it."""
     metrics = ckpt.with_suffix(".json")
     if not metrics.exists():
-        train = [sys.executable, "train.py", "--dataset", dataset, "--target", "wp", "--output-dir", str(ckpt), *flags]
+        train = [sys.executable, "train.py", "--dataset", dataset, "--target", "wp", "--weight-floor", "0",
+                 "--output-dir", str(ckpt), *flags]
         if (ckpt / "last").exists():
             train.append("--resume")
         subprocess.run(train, cwd=ROOT, check=True)
