@@ -85,7 +85,7 @@ class FlatMap:
     terms: list[str]
     vocab_size: int
 
-    def matrix(self, columns: dict[str, int] | None = None, width: int | None = None) -> sp.csr_matrix:
+    def matrix(self, columns: dict[str, int] | None = None) -> sp.csr_matrix:
         """The map as a sparse 0/1 matrix, vocabulary x terms. With ``columns`` (term → column, an
         index's own term list), terms the index lacks are dropped: they cannot match anything."""
         if columns is None:
@@ -94,11 +94,12 @@ class FlatMap:
         cols = np.asarray([columns.get(self.terms[t], -1) for t in self.term_ids], np.int64)
         keep = cols >= 0
         return sp.csr_matrix((np.ones(int(keep.sum()), np.float32), (self.vocab_ids[keep], cols[keep])),
-                             shape=(self.vocab_size, width if width is not None else len(columns)))
+                             shape=(self.vocab_size, len(columns)))
 
 
 def flat_map(tokenizer) -> FlatMap:
-    """The WordPiece → flat term map of ``tokenizer``'s vocabulary, from the cache or built (~1 s)."""
+    """The WordPiece → flat term map of ``tokenizer``'s vocabulary, from the cache or built (a few
+    seconds of Lucene analysis)."""
     key = vocab_hash(tokenizer)
     cached = _loaded.get(key)
     if cached is not None:
@@ -128,13 +129,11 @@ def _build(tokenizer) -> FlatMap:
                      if not t.startswith("##") and t not in specials and not _BRACKETED.match(t))
     term_index: dict[str, int] = {}
     vocab_ids, term_ids = [], []
-    utils = jclass("io.anserini.analysis.AnalyzerUtils")
-    english = java().english
-    with JNI_LOCK:
+    with JNI_LOCK:  # re-entrant: taken once for the whole vocabulary, not per entry
         for i, entry in entries:
-            terms = utils.analyze(english, entry)
-            if terms.size() == 1:
+            terms = analyze(entry)
+            if len(terms) == 1:
                 vocab_ids.append(i)
-                term_ids.append(term_index.setdefault(terms.get(0), len(term_index)))
+                term_ids.append(term_index.setdefault(terms[0], len(term_index)))
     return FlatMap(np.asarray(vocab_ids, np.int64), np.asarray(term_ids, np.int64), list(term_index),
                    max(vocab.values()) + 1)

@@ -52,6 +52,6 @@ class ExpansionSearcher:
         return TopK(ids, scores)
 
     def hits(self, top: TopK):
-        from bm25aug.search import Hit
+        from bm25aug.search import to_hits
 
-        return list(map(Hit, self.docids[top.lucene_ids].tolist(), top.scores.tolist()))
+        return to_hits(self.docids, top)

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
+
 from bm25aug.errors import UserError
 from bm25aug.index import IndexMeta, check_vocab
 from bm25aug.io import atomic_write_text, read_lines
@@ -88,7 +90,7 @@ class BM25Searcher:
         return self.index.search(self.index.weighted_query(terms), k)
 
     def hits(self, top: TopK) -> list[Hit]:
-        return list(map(Hit, self.index.docids[top.lucene_ids].tolist(), top.scores.tolist()))
+        return to_hits(self.index.docids, top)
 
     def search(self, query: str, k: int = 1000) -> list[Hit]:
         return self.hits(self.search_arrays(query, k))
@@ -99,6 +101,11 @@ class BM25Searcher:
     def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, threads: int = 1) -> dict[str, list[Hit]]:
         """Search many queries on ``threads`` threads; the result equals searching one by one."""
         return parallel_map(lambda q: self.search(q, k), queries, qids, threads)
+
+
+def to_hits(docids: np.ndarray, top: TopK) -> list[Hit]:
+    """Hits of ``top`` with external ids from an index's id table (``bm25aug.lucene.read_docids``)."""
+    return list(map(Hit, docids[top.lucene_ids].tolist(), top.scores.tolist()))
 
 
 def mean_added_terms(searcher: BM25Searcher, queries: list[str], term_lists: list[dict[str, float]]) -> float:

@@ -50,8 +50,6 @@ class QueryBatch:
 class Target:
     """Shared by both targets; subclasses say what an occurrence is and where a(q) goes."""
 
-    name = ""
-
     def __init__(self, tokenizer, config):
         """``config``: the model's ``AugmenterConfig`` (window, weight floor, augmentation gate)."""
         self.tokenizer, self.config, self.max_length = tokenizer, config, config.max_query_length
@@ -96,13 +94,14 @@ class Target:
     def term_lists(self, batch: QueryBatch, w: np.ndarray, a: np.ndarray) -> list[dict[str, float]]:
         """``{term: boost}`` per query, boosts > 0 only, in float32 as the torch path computes them."""
         one = np.float32(1)
+        use_a = self.use_augmentation(batch, a)
         result = []
         for i in range(len(batch.terms)):
             weights: dict[str, np.float32] = {}
             for term, span in zip(batch.terms[i], batch.spans[i]):
                 occ = max(w[i, span].mean(dtype=np.float32), self.floor) if span else one
                 weights[term] = weights.get(term, np.float32(0)) + occ
-            added = self.added(a[i]) if self.use_augmentation(batch, a)[i] else {}
+            added = self.added(a[i]) if use_a[i] else {}
             boosts = {t: tw * (one + added.get(t, np.float32(0))) for t, tw in weights.items()}
             boosts.update((t, v) for t, v in added.items() if t not in weights)
             result.append({t: float(boosts[t]) for t in sorted(boosts, key=self.order) if boosts[t] > 0})
@@ -159,8 +158,6 @@ class ColumnMap:
 
 
 class WordPieceTarget(Target):
-    name = "wp"
-
     def __init__(self, tokenizer, config):
         super().__init__(tokenizer, config)
         self.vocab = tokenizer.get_vocab()
@@ -189,14 +186,12 @@ class WordPieceTarget(Target):
         return self.vocab[term]
 
     def columns(self, bm25) -> ColumnMap:
-        if len(bm25.columns) != len(self.vocab) or any(bm25.columns.get(t) != i for t, i in self.vocab.items()):
+        if bm25.columns != self.vocab:
             raise UserError("a wp target trains on a TorchBM25 over the vocabulary; fix: build it with the tokenizer's vocab")
         return ColumnMap(bm25.columns, len(self.vocab), None)
 
 
 class FlatTarget(Target):
-    name = "flat"
-
     def __init__(self, tokenizer, config):
         from bm25aug.analysis import flat_map
 
@@ -221,7 +216,7 @@ class FlatTarget(Target):
         return dict(zip((self.map.terms[i] for i in ids.tolist()), a_flat[ids].astype(np.float32)))
 
     def columns(self, bm25) -> ColumnMap:
-        m = self.map.matrix(bm25.columns, len(bm25.columns)).T.tocoo()
+        m = self.map.matrix(bm25.columns).T.tocoo()
         idx = torch.from_numpy(np.vstack([m.row, m.col]).astype(np.int64))
         matrix = torch.sparse_coo_tensor(idx, torch.from_numpy(m.data), m.shape, check_invariants=False).coalesce()
         return ColumnMap(bm25.columns, len(bm25.columns), matrix)

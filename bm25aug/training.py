@@ -345,8 +345,8 @@ def calibrate_gate(model: QueryAugmenter, queries: list[str], quantile: float) -
     the model proposes for queries like those it was trained on (at least 1)."""
     counts = []
     for lo in range(0, len(queries), 64):
-        batch = model.target.batch(queries[lo:lo + 64])
-        out = model(torch.from_numpy(batch.input_ids), torch.from_numpy(batch.attention_mask))
+        enc = model.tokenize(queries[lo:lo + 64])  # a(q) needs no term occurrences (no Lucene analysis)
+        out = model(enc["input_ids"], enc["attention_mask"])
         counts.extend((out.augmentation > 0).sum(dim=1).tolist())
     return max(1, int(math.ceil(np.quantile(counts, quantile)))) if counts else 0
 
