@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from bm25aug.errors import UserError
+from bm25aug.index import IndexMeta
 from bm25aug.java import JNI_LOCK, start_jvm
 from bm25aug.lucene import EMPTY, TopK, read_docids
 
@@ -25,10 +26,11 @@ class ExpansionSearcher:
     def __init__(self, index_dir: str | Path, expansion: str, k1: float = 0.9, b: float = 0.4):
         if expansion not in EXPANSIONS:
             raise UserError(f"unknown expansion {expansion!r}; fix: use one of {', '.join(EXPANSIONS)}")
+        self.index_dir = Path(index_dir)
+        IndexMeta.load(self.index_dir, flavor="flat")  # not a Lucene index: one error line, before Java's
         start_jvm()  # before Pyserini, whose own JVM setup fails on this runtime
         from pyserini.search.lucene import LuceneSearcher
 
-        self.index_dir = Path(index_dir)
         with JNI_LOCK:
             self.searcher = LuceneSearcher(str(self.index_dir))
             self.searcher.set_bm25(k1, b)

@@ -52,10 +52,14 @@ def test_remove_query_drops_the_query_document(tmp_path):
 
 
 def test_rm3_needs_document_vectors(tmp_path):
-    """A flat index without stored document vectors: one line naming the fix, not a traceback."""
+    """A flat index without stored document vectors, or no index at all: one line naming the fix,
+    not a traceback."""
     from test_stock_index import pyserini_index
 
     from bm25aug.peers import ExpansionSearcher
 
     with pytest.raises(UserError, match="storeDocvectors"):
         ExpansionSearcher(pyserini_index(tmp_path / "stock.flat"), "rm3")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="not a Lucene index"):
+        ExpansionSearcher(tmp_path / "empty", "rm3")
