@@ -145,6 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pooling", choices=["cls", "mean", "max"],
                    help="a(q) from the [CLS] state, the mean state, or SPLADE-style max over tokens "
                         "(default: the encoder's pretraining pooling)")
+    p.add_argument("--negatives", choices=["bm25", "dpr"],
+                   help="hard negatives: mined from our own index with BM25 (default, as the paper) or DPR's "
+                        "hard_negative_ctxs from the training JSON")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"],
+                   help="auto (default): CUDA when torch sees a GPU, else CPU; cuda trains with bf16 autocast")
     p.add_argument("--uniform-l1", action="store_true", help="ablation: uniform L1 instead of sqrt(df/N)")
     p.add_argument("--no-weights", action="store_true", help="ablation: no per-token weights w")
     p.add_argument("--no-augmentation", action="store_true", help="ablation: a ≡ 0 (reweighting only)")

@@ -29,8 +29,10 @@ from functools import cached_property
 from io import StringIO
 from pathlib import Path
 
+from bm25aug.corpus import Corpus
 from bm25aug.errors import UserError
 from bm25aug.io import CACHE_ROOT, clean_stale, read_lines, temp_sibling
+from bm25aug.progress import progress
 
 log = logging.getLogger(__name__)
 csv.field_size_limit(sys.maxsize)
@@ -88,17 +90,7 @@ class Split:
     queries: dict[str, str]
     qrels: dict[str, dict[str, int]] = field(default_factory=dict)
     answers: dict[str, list[str]] = field(default_factory=dict)
-
-
-@dataclass
-class Document:
-    title: str
-    text: str
-
-    @property
-    def contents(self) -> str:
-        """Title and text joined by one space, as Pyserini's BEIR regressions index them."""
-        return f"{self.title} {self.text}"
+    negatives: dict[str, list[str]] = field(default_factory=dict)  # DPR's hard_negative_ctxs ids
 
 
 def detect_layout(path: Path) -> str | None:
@@ -146,9 +138,9 @@ class Dataset:
         return _first(self.path, ["passages.tsv", "psgs_w100.tsv"])
 
     @cached_property
-    def corpus(self) -> dict[str, Document]:
-        loader = {"beir": _load_beir_corpus, "dpr": _load_dpr_passages, "msmarco": _load_msmarco_collection}
-        corpus = loader[self.layout](self.path)
+    def corpus(self) -> Corpus:
+        """Documents by id, read from disk as needed (``bm25aug.corpus``): never all in memory."""
+        corpus = Corpus(self.corpus_file, self.layout)
         if not corpus:
             raise UserError(f"the corpus of {self.name} in {self.path} is empty; fix: check the dataset files")
         return corpus
@@ -196,7 +188,8 @@ class Dataset:
         def subset(ids: set[str]) -> Split:
             return Split({q: t for q, t in train.queries.items() if q in ids},
                          {q: r for q, r in train.qrels.items() if q in ids},
-                         {q: a for q, a in train.answers.items() if q in ids})
+                         {q: a for q, a in train.answers.items() if q in ids},
+                         {q: n for q, n in train.negatives.items() if q in ids})
 
         return subset(train_ids), subset(dev_ids), f"seeded slice of train (seed {seed}, {n} queries)"
 
@@ -228,12 +221,6 @@ def _unique(pairs, where: Path, what: str) -> dict:
     if repeated:
         log.warning("%s: %d repeated %s ids; the first copy of each is kept", where, repeated, what)
     return out
-
-
-def _load_beir_corpus(path: Path) -> dict[str, Document]:
-    file = path / "corpus.jsonl"
-    return _unique(((str(r["_id"]), Document(r.get("title") or "", r.get("text") or "")) for r in _read_jsonl(file)),
-                   file, "document")
 
 
 def _read_qrels_tsv(path: Path, trec: bool = False) -> dict[str, dict[str, int]]:
@@ -273,22 +260,6 @@ def _load_beir_split(path: Path, split: str) -> Split:
     return _judged_queries(qrels, queries, path / "qrels" / f"{split}.tsv")
 
 
-def _load_dpr_passages(path: Path) -> dict[str, Document]:
-    file = _first(path, ["passages.tsv", "psgs_w100.tsv"])
-    reader = csv.reader((line for _, line in read_lines(file)), delimiter="\t")
-    header = next(reader, None)
-    if header is None or [h.strip() for h in header[:3]] != ["id", "text", "title"]:
-        raise UserError(f"{file}: expected a header 'id<TAB>text<TAB>title'; fix: use DPR's passage format")
-
-    def rows():
-        for row in reader:
-            if len(row) < 3:
-                raise UserError(f"{file}:{reader.line_num}: expected 3 tab-separated fields; fix: repair that line")
-            yield row[0], Document(row[2], row[1])
-
-    return _unique(rows(), file, "passage")
-
-
 def _parse_answers(raw: str, where: str) -> list[str]:
     """A non-empty list of answer strings, as DPR writes it: ``['Denver Broncos', "Broncos"]``.
     Anything else (a set, a bare number, ``[]``, or ``['Denver' 'Broncos']``, which Python would
@@ -319,19 +290,12 @@ def _load_dpr_split(path: Path, split: str) -> Split:
     result = Split({})
     json_file = _first(path, [f"{split}.json", f"*-{split}.json"])
     if json_file is not None:
-        with open(json_file, encoding="utf-8") as f:
-            try:
-                rows = json.load(f)
-            except json.JSONDecodeError as e:
-                raise UserError(f"{json_file}: malformed JSON at line {e.lineno}; fix: re-download the file") from None
-            except UnicodeDecodeError:
-                raise UserError(f"{json_file}: not valid UTF-8; fix: re-download the file") from None
-        for i, row in enumerate(rows):
+        for i, row in enumerate(_dpr_training_rows(json_file)):
             qid = f"{split}-{i}"
-            result.queries[qid] = row["question"]
-            result.answers[qid] = [str(a) for a in row.get("answers", [])]
-            pos = [c.get("passage_id") or c.get("psg_id") for c in row.get("positive_ctxs", [])]
-            result.qrels[qid] = {str(p): 1 for p in pos if p is not None}
+            result.queries[qid] = row["q"]
+            result.answers[qid] = row["a"]
+            result.qrels[qid] = {p: 1 for p in row["pos"]}
+            result.negatives[qid] = row["neg"]
         return result
     qa_file = _first(path, [f"{split}.qa.tsv", f"{split}.qa.csv", f"*-{split}.qa.csv", f"*-{split}.csv"])
     reader = csv.reader((line for _, line in read_lines(qa_file)), delimiter="\t")
@@ -346,10 +310,38 @@ def _load_dpr_split(path: Path, split: str) -> Split:
     return result
 
 
-def _load_msmarco_collection(path: Path) -> dict[str, Document]:
-    file = path / "collection.tsv"
-    return _unique(((pid, Document("", text)) for _, line in read_lines(file)
-                    for pid, _, text in [line.rstrip("\n").partition("\t")]), file, "passage")
+def _dpr_training_rows(json_file: Path) -> list[dict]:
+    """DPR's biencoder JSON (several GB for NQ) in a compact form: question ``q``, answers ``a``,
+    positive ids ``pos`` and hard-negative ids ``neg``. The JSON is streamed once (ijson) into a
+    cached JSONL (``~/.cache/bm25aug/dpr``, keyed by the file's path, size and mtime); passage
+    texts are dropped, since the corpus has them."""
+    import hashlib
+
+    stat = json_file.stat()
+    key = hashlib.blake2b(f"{json_file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode(), digest_size=12)
+    cache = CACHE_DIR.parent / "dpr" / f"{json_file.stem}.{key.hexdigest()}.jsonl"
+    if not cache.exists():
+        import ijson
+
+        def ids(ctxs) -> list[str]:
+            return [str(c.get("passage_id") or c.get("psg_id")) for c in ctxs or []
+                    if c.get("passage_id") or c.get("psg_id")]
+
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = temp_sibling(cache, "writing")
+        try:
+            with open(json_file, "rb") as f, open(tmp, "w", encoding="utf-8") as out:
+                for row in progress(ijson.items(f, "item", use_float=True), desc=f"read {json_file.name}", unit="q"):
+                    out.write(json.dumps({"q": row["question"], "a": [str(a) for a in row.get("answers", [])],
+                                          "pos": ids(row.get("positive_ctxs")),
+                                          "neg": ids(row.get("hard_negative_ctxs"))}) + "\n")
+            os.replace(tmp, cache)
+        except (ijson.JSONError, UnicodeDecodeError, KeyError, AttributeError, TypeError) as e:
+            raise UserError(f"{json_file}: not DPR retriever-training JSON ({type(e).__name__}: {str(e)[:80]}); "
+                            f"fix: re-download the file") from None
+        finally:
+            tmp.unlink(missing_ok=True)
+    return [json.loads(line) for line in cache.read_text(encoding="utf-8").splitlines()]
 
 
 def _load_msmarco_split(path: Path, split: str) -> Split:

@@ -8,6 +8,7 @@ MRR@10 is the reciprocal rank of the first relevant document within the top 10.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 import unicodedata
 from functools import lru_cache
 
@@ -15,7 +16,7 @@ import numpy as np
 import pytrec_eval
 import regex
 
-from bm25aug.data import Document
+from bm25aug.corpus import Document
 from bm25aug.search import Hit
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ def has_answer(answers: list[str], text: str) -> bool:
     return False
 
 
-def evaluate_answers(run: dict[str, list[Hit]], answers: dict[str, list[str]], corpus: dict[str, Document],
+def evaluate_answers(run: dict[str, list[Hit]], answers: dict[str, list[str]], corpus: Mapping[str, Document],
                      ks: tuple[int, ...] = QA_KS) -> dict[str, float]:
     """Acc@k: share of questions whose top k passages contain an answer string."""
     kmax = max(ks)
@@ -91,7 +92,7 @@ def evaluate_answers(run: dict[str, list[Hit]], answers: dict[str, list[str]], c
     return metrics
 
 
-def evaluate_split(run: dict[str, list[Hit]], split, corpus: dict[str, Document]) -> dict[str, float]:
+def evaluate_split(run: dict[str, list[Hit]], split, corpus: Mapping[str, Document]) -> dict[str, float]:
     """Answer-match Acc@k for QA splits (they have answers), qrels metrics otherwise."""
     unknown = [q for q in run if q not in split.queries]
     if unknown:
@@ -106,22 +107,21 @@ def added_term_precision(searcher, term_lists: dict[str, dict[str, float]], spli
     """How much of what the model adds is on topic: of the added terms (not among the query's own
     index terms), the share, by weight and by count, that occurs in any of the query's judged-
     relevant documents, as the index stores them. Summed over the judged queries, then divided."""
-    from bm25aug.index import read_term_matrix
+    from bm25aug.doc_terms import DocTermReader
 
-    tm = read_term_matrix(searcher.index_dir)
-    row_of = {d: i for i, d in enumerate(tm.docids)}
-    column = {t: i for i, t in enumerate(tm.terms)}
+    reader = DocTermReader(searcher.index, pretokenized=searcher.meta.flavor == "wp")
     weight = weight_hit = count = count_hit = 0.0
     for qid, terms in term_lists.items():
-        rows = [row_of[d] for d, g in split.qrels.get(qid, {}).items() if g > 0 and d in row_of]
-        if not rows:
+        judged = [d for d, g in split.qrels.get(qid, {}).items() if g > 0]
+        docs = [int(r) for r in searcher.index.doc_numbers(judged) if r >= 0]
+        if not docs:
             continue
-        relevant = set(tm.tf[rows].indices.tolist())
+        relevant = set().union(*(reader.terms(d) for d in docs))
         original = searcher.query_terms(split.queries[qid])
         for t, w in terms.items():
             if t in original:
                 continue
-            found = column.get(t, -1) in relevant
+            found = t in relevant
             weight, count = weight + w, count + 1
             weight_hit, count_hit = weight_hit + w * found, count_hit + found
     return {"added_precision_weight": weight_hit / weight if weight else 0.0,

@@ -8,8 +8,7 @@ Two flavors:
   whitespace analyzer, so every index term is a vocabulary entry the model can predict.
 
 An index is written to a temporary sibling folder and renamed when complete; ``meta.json`` records
-how it was built. ``read_term_matrix`` reads the postings back so the torch scorer sees exactly the
-statistics Lucene scores with.
+how it was built. ``bm25aug.doc_terms`` reads back what the torch scorer needs, on demand.
 """
 
 from __future__ import annotations
@@ -20,28 +19,29 @@ import logging
 import os
 import shutil
 import time
-from io import BytesIO
+from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
-import scipy.sparse as sp
 from bm25aug.progress import progress
 
 from bm25aug.data import Dataset
 from filelock import FileLock
 
 from bm25aug.errors import UserError
-from bm25aug.io import CACHE_ROOT, atomic_dir, atomic_write_bytes, temp_sibling
+from bm25aug.io import atomic_dir, temp_sibling
 from bm25aug.java import JNI_LOCK, jclass
-from bm25aug.lucene import DOCIDS_FILE, FIELD, open_reader, read_docids, write_docids
-from bm25aug.tokenization import load_tokenizer, tokenize_batch, tokenizer_name, vocab_hash
+from bm25aug.lucene import DOCIDS_FILE, write_docids
+from bm25aug.pretokenize import tokenized_batches
+from bm25aug.tokenization import load_tokenizer, tokenizer_name, untruncated, vocab_hash
 
 log = logging.getLogger(__name__)
 FLAVORS = ("flat", "wp")
 INDEX_ROOT = Path(os.environ.get("BM25AUG_INDEX_ROOT", "indexes"))
-_TERM_MATRIX = "term_matrix.npz"
 META_FILE = "meta.json"
+# Lucene's indexing RAM buffer (Anserini's default is 4 GB): flushed as a segment when full, so a
+# build's memory stays bounded whatever the corpus size; -optimize merges the segments at the end.
+MEMORY_BUFFER_MB = 1024
 
 
 @dataclass
@@ -153,7 +153,7 @@ def build_index(dataset: Dataset, flavor: str, path: str | Path, threads: int | 
             _write_shards(dataset, shards, threads, tokenizer if flavor == "wp" else None)
             args = ["-collection", "JsonCollection", "-generator", "DefaultLuceneDocumentGenerator",
                     "-input", str(shards), "-index", str(work), "-threads", str(threads),
-                    "-storeRaw", "-optimize", "-quiet"]
+                    "-storeRaw", "-optimize", "-quiet", "-memoryBuffer", str(MEMORY_BUFFER_MB)]
             if flavor == "wp":
                 args.append("-pretokenized")
             else:  # Pyserini's RM3/Rocchio read them; see the README for the size they cost
@@ -170,20 +170,32 @@ def build_index(dataset: Dataset, flavor: str, path: str | Path, threads: int | 
     return path
 
 
+_POOL_FROM = 100_000  # documents; below this, worker processes cost more to start than they save
+
+
 def _write_shards(dataset: Dataset, folder: Path, shards: int, tokenizer) -> Path:
-    """One JSONL file per indexing thread (Anserini parallelizes over files)."""
+    """One JSONL file per indexing thread (Anserini parallelizes over files), written from the
+    corpus streamed in batches, so memory stays bounded whatever the corpus size. A wp build
+    tokenizes in ``shards`` worker processes for large corpora (``bm25aug.pretokenize``)."""
     folder.mkdir(parents=True)
     files = [open(folder / f"part{i:03d}.jsonl", "w", encoding="utf-8") for i in range(shards)]
-    items = list(dataset.corpus.items())
-    batch = 8192
+    ids: deque[list[str]] = deque()
+
+    def texts():
+        for chunk in dataset.corpus.batches(8192):
+            ids.append([docid for docid, _ in chunk])
+            yield [doc.contents for _, doc in chunk]
+
+    stream = texts()
+    if tokenizer is not None:
+        stream = tokenized_batches(untruncated(tokenizer), stream, shards if len(dataset.corpus) >= _POOL_FROM else 1)
+    n = 0
     try:
-        for lo in progress(range(0, len(items), batch), desc=f"prepare {dataset.name}", unit="batch"):
-            chunk = items[lo:lo + batch]
-            contents = [doc.contents for _, doc in chunk]
-            if tokenizer is not None:
-                contents = [" ".join(toks) for toks in tokenize_batch(tokenizer, contents, parallel=True)]
-            for j, ((docid, _), text) in enumerate(zip(chunk, contents)):
-                files[(lo + j) % shards].write(json.dumps({"id": docid, "contents": text}) + "\n")
+        for contents in progress(stream, total=-(-len(dataset.corpus) // 8192), desc=f"prepare {dataset.name}",
+                                 unit="batch"):
+            for docid, text in zip(ids.popleft(), contents):
+                files[n % shards].write(json.dumps({"id": docid, "contents": text}) + "\n")
+                n += 1
     finally:
         for f in files:
             f.close()
@@ -193,7 +205,7 @@ def _write_shards(dataset: Dataset, folder: Path, shards: int, tokenizer) -> Pat
 def index_size(index_dir: str | Path) -> dict[str, int]:
     """Bytes of the Lucene index (bm25aug's own caches beside it not counted), and of its
     term-vector files (the stored document vectors that RM3/Rocchio need: ``.tvd/.tvx/.tvm``)."""
-    ours = {META_FILE, DOCIDS_FILE, _TERM_MATRIX}
+    ours = {META_FILE, DOCIDS_FILE}
     files = [p for p in Path(index_dir).rglob("*") if p.is_file() and p.name not in ours]
     return {"total": sum(p.stat().st_size for p in files),
             "docvectors": sum(p.stat().st_size for p in files if p.suffix in (".tvd", ".tvx", ".tvm"))}
@@ -206,70 +218,3 @@ def check_vocab(index_dir: str | Path, tokenizer) -> IndexMeta:
         raise UserError(f"{index_dir} was built with vocabulary {meta.vocab_hash} but the tokenizer has "
                         f"{vocab_hash(tokenizer)}; fix: rebuild the index with this tokenizer or use the matching one")
     return meta
-
-
-@dataclass
-class TermMatrix:
-    """Raw term frequencies as Lucene stores them: docs x terms (CSR), plus doc ids and term strings."""
-
-    tf: sp.csr_matrix
-    docids: list[str]
-    terms: list[str]
-    doc_freq: np.ndarray
-
-
-def term_matrix_cache(index_dir: Path) -> Path:
-    """Beside a bm25aug index; for a stock index (never written to), in the user cache, keyed by
-    its path and its current commit (``segments_N``)."""
-    if (index_dir / META_FILE).exists():
-        return index_dir / _TERM_MATRIX
-    segments = sorted(p.name for p in index_dir.glob("segments_*"))
-    key = hashlib.blake2b(f"{index_dir.resolve()}|{segments}".encode(), digest_size=12).hexdigest()
-    return CACHE_ROOT / "term_matrix" / f"{key}.npz"
-
-
-def read_term_matrix(index_dir: str | Path) -> TermMatrix:
-    """Postings of the ``contents`` field read through Lucene, cached (``term_matrix_cache``)."""
-    index_dir = Path(index_dir)
-    cache = term_matrix_cache(index_dir)
-    if cache.exists():
-        z = np.load(cache, allow_pickle=False)
-        tf = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"]))
-        return TermMatrix(tf, z["docids"].tolist(), z["terms"].tolist(), z["doc_freq"])
-    reader = open_reader(index_dir)
-    try:
-        n = reader.maxDoc()
-        docids = read_docids(index_dir, reader).tolist()
-        freqs_flag = jclass("org.apache.lucene.index.PostingsEnum").FREQS
-        no_more = jclass("org.apache.lucene.search.DocIdSetIterator").NO_MORE_DOCS
-        rows, cols, vals, columns, dfs = [], [], [], {}, {}
-        bar = progress(desc="read postings", unit="term")
-        leaves = reader.leaves()
-        for li in range(leaves.size()):
-            leaf = leaves.get(li)
-            field_terms = leaf.reader().terms(FIELD)
-            if field_terms is None:
-                continue
-            terms_enum = field_terms.iterator()
-            while (ref := terms_enum.next()) is not None:
-                term = ref.utf8ToString()
-                col = columns.setdefault(term, len(columns))
-                dfs[term] = dfs.get(term, 0) + terms_enum.docFreq()
-                postings = terms_enum.postings(None, freqs_flag)
-                while (doc := postings.nextDoc()) != no_more:
-                    rows.append(leaf.docBase + doc)
-                    cols.append(col)
-                    vals.append(postings.freq())
-                bar.update(1)
-        bar.close()
-    finally:
-        reader.close()
-    terms = list(columns)
-    tf = sp.csr_matrix((np.asarray(vals, np.float32), (np.asarray(rows), np.asarray(cols))), shape=(n, len(terms)))
-    matrix = TermMatrix(tf, docids, terms, np.asarray([dfs[t] for t in terms], np.int64))
-    buffer = BytesIO()
-    np.savez(buffer, data=tf.data, indices=tf.indices, indptr=tf.indptr, shape=np.asarray(tf.shape),
-             docids=np.asarray(docids), terms=np.asarray(terms), doc_freq=matrix.doc_freq)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(cache, buffer.getvalue())
-    return matrix

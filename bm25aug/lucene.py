@@ -186,12 +186,23 @@ class LuceneIndex:
             self.searcher.setSimilarity(self.j.BM25(float(k1), float(b)))
             self.num_docs = int(self.reader.maxDoc())
         self.docids = read_docids(self.path, self.reader)
+        self._by_id = np.argsort(self.docids.astype(str), kind="stable")  # Lucene docs in external-id order
+        self._sorted_ids = self.docids[self._by_id].astype(str)
         self.id_rank = np.empty(len(self.docids), np.int64)
-        self.id_rank[np.argsort(self.docids.astype(str), kind="stable")] = np.arange(len(self.docids))
+        self.id_rank[self._by_id] = np.arange(len(self.docids))
 
     def close(self) -> None:
         with JNI_LOCK:
             self.reader.close()
+
+    def doc_numbers(self, ids: list[str]) -> np.ndarray:
+        """Lucene doc number of each external id (-1 where the index has no such document), by
+        binary search in the sorted id table: no dict over the whole corpus."""
+        ids = np.asarray(ids, dtype=str)
+        if not len(ids) or not len(self._sorted_ids):
+            return np.full(len(ids), -1, np.int64)
+        at = np.minimum(np.searchsorted(self._sorted_ids, ids), len(self._sorted_ids) - 1)
+        return np.where(self._sorted_ids[at] == ids, self._by_id[at], -1).astype(np.int64)
 
     # ---------------------------------------------------------------------------------- queries
     def weighted_query(self, terms: dict[str, float], field: str = FIELD):
@@ -258,14 +269,14 @@ def read_docids(index_dir: Path, reader) -> np.ndarray:
     if table.exists():
         ids = table.read_text(encoding="utf-8").split("\n")[:-1]
         if len(ids) == n:
-            return np.asarray(ids, dtype=object)
+            return np.asarray(ids, dtype=str)
     with JNI_LOCK:
         stored = reader.storedFields()
         ids = [stored.document(i).get(ID_FIELD) for i in range(n)]
     if any(i is None for i in ids):
         raise UserError(f"{index_dir} has documents without a stored '{ID_FIELD}' field; "
                         f"fix: index with Anserini/Pyserini's default document generator")
-    return np.asarray(ids, dtype=object)
+    return np.asarray(ids, dtype=str)
 
 
 def write_docids(index_dir: Path) -> None:

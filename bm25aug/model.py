@@ -169,8 +169,9 @@ class QueryAugmenter(nn.Module):
         if not queries:
             return []
         batch = self.target.batch(queries)
-        out = self(torch.from_numpy(batch.input_ids), torch.from_numpy(batch.attention_mask))
-        return self.target.term_lists(batch, out.token_weights.float().numpy(), out.augmentation.float().numpy())
+        device = self.aug_head.weight.device
+        out = self(torch.from_numpy(batch.input_ids).to(device), torch.from_numpy(batch.attention_mask).to(device))
+        return self.target.term_lists(batch, out.token_weights.float().cpu().numpy(), out.augmentation.float().cpu().numpy())
 
     def quantized(self) -> "QueryAugmenter":
         """int8 dynamic quantization of every Linear layer, for CPU search: about half the
@@ -195,7 +196,7 @@ class QueryAugmenter(nn.Module):
         self.encoder.config.save_pretrained(folder / "encoder")
         self.tokenizer.save_pretrained(folder)
         (folder / CONFIG_NAME).write_text(json.dumps(asdict(self.config), indent=2))
-        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(folder / WEIGHTS_NAME))
+        save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}, str(folder / WEIGHTS_NAME))
 
     @classmethod
     def from_pretrained(cls, path: str | Path) -> "QueryAugmenter":

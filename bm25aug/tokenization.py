@@ -120,25 +120,6 @@ def untruncated(tokenizer):
     return backend
 
 
-def tokenize_batch(tokenizer, texts: list[str], parallel: bool = False) -> list[list[str]]:
-    """WordPiece tokens of each text, untruncated, without [CLS]/[SEP].
-
-    ``parallel`` lets the Rust tokenizer use every core for this call (index builds); elsewhere
-    TOKENIZERS_PARALLELISM stays as the user set it."""
-    backend = untruncated(tokenizer)
-    saved = os.environ.get("TOKENIZERS_PARALLELISM")
-    if parallel:
-        os.environ["TOKENIZERS_PARALLELISM"] = "true"
-    try:
-        return [enc.tokens for enc in backend.encode_batch(texts, add_special_tokens=False)]
-    finally:
-        if parallel:
-            if saved is None:
-                os.environ.pop("TOKENIZERS_PARALLELISM", None)
-            else:
-                os.environ["TOKENIZERS_PARALLELISM"] = saved
-
-
 def query_term_counts(tokenizer, query: str) -> Counter:
     """WordPiece query terms with their counts; special tokens such as [UNK] match nothing useful."""
     specials = special_tokens(tokenizer)

@@ -6,17 +6,26 @@ Lucene's ``BM25Similarity`` scores a boosted term query as
 rankings are the paper's) and it stores ``dl`` lossily in one byte (``SmallFloat.intToByte4``);
 we decode the same byte back. Query-side weights ``w * (bow + a)`` are the boosts, so
 ``score = (boost * idf) @ f(d)ᵀ`` with ``f(d)`` a sparse docs x vocabulary matrix.
+
+Everything comes from the index without walking its postings (``bm25aug.doc_terms``): df from
+the term dictionary, N and avgdl from the field statistics, dl from the norms, and the row f(d)
+of a document only when training first touches it, then kept. Setup therefore costs
+O(vocabulary + training documents), not O(corpus).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pathlib import Path
+
 import numpy as np
-import scipy.sparse as sp
 import torch
 
-from bm25aug.index import read_term_matrix
+from bm25aug.doc_terms import DocTermReader, field_statistics, term_dictionary
+from bm25aug.index import META_FILE, IndexMeta
+from bm25aug.lucene import LuceneIndex
+from bm25aug.progress import progress
 
 # SmallFloat.intToByte4 / byte4ToInt (org.apache.lucene.util.SmallFloat), ported bit for bit.
 
@@ -51,11 +60,6 @@ def byte4_to_int(b: int) -> int:
 LENGTH_TABLE = np.asarray([byte4_to_int(b) for b in range(256)], dtype=np.float64)
 
 
-def lucene_doc_lengths(lengths: np.ndarray) -> np.ndarray:
-    """Document lengths as Lucene sees them after its one-byte norm round trip."""
-    return LENGTH_TABLE[np.asarray([int_to_byte4(int(n)) for n in lengths])]
-
-
 @dataclass
 class BM25Params:
     k1: float = 0.9
@@ -65,56 +69,90 @@ class BM25Params:
 
 class TorchBM25:
     """Sparse ``f(d)`` and dense ``idf`` over term columns: the tokenizer vocabulary (``vocab``,
-    for a ``wp`` index), or the index's own terms (``vocab=None``, e.g. a ``flat`` index)."""
+    for a ``wp`` index), or the index's own terms (``vocab=None``, e.g. a ``flat`` index).
+    Rows are Lucene doc numbers (``rows`` maps external ids to them)."""
 
     def __init__(self, index_dir, vocab: dict[str, int] | None, params: BM25Params | None = None):
         self.params = params or BM25Params()
-        tm = read_term_matrix(index_dir)
-        self.docids = tm.docids
-        self.doc_index = {d: i for i, d in enumerate(tm.docids)}
-        vocab = vocab if vocab is not None else {t: i for i, t in enumerate(tm.terms)}
+        self.index = LuceneIndex(index_dir)
+        # A wp index is pre-tokenized: a document's stored raw text is its terms. A stock index
+        # (no meta.json) is taken as wp when it is scored over a WordPiece vocabulary.
+        has_meta = (Path(index_dir) / META_FILE).exists()
+        wp = IndexMeta.load(index_dir).flavor == "wp" if has_meta else vocab is not None
+        self.reader = DocTermReader(self.index, pretokenized=wp)
+        terms, doc_freq = term_dictionary(self.index)
+        vocab = vocab if vocab is not None else {t: i for i, t in enumerate(terms)}
         self.columns = vocab  # term -> column of the score's query side
         self.terms = [t for t, _ in sorted(vocab.items(), key=lambda tc: tc[1])]  # column -> term
-        n_docs, vocab_size = tm.tf.shape[0], max(vocab.values()) + 1
-        # Index term column -> vocabulary id (terms outside the vocabulary cannot be predicted).
-        col_to_vocab = np.asarray([vocab.get(t, -1) for t in tm.terms])
-        keep = col_to_vocab >= 0
-        remap = sp.csr_matrix((np.ones(keep.sum(), np.float32), (np.flatnonzero(keep), col_to_vocab[keep])),
-                              shape=(len(tm.terms), vocab_size))
-        tf = (tm.tf @ remap).tocsr()
+        vocab_size = max(vocab.values()) + 1
         df = np.zeros(vocab_size, np.float64)
-        df[col_to_vocab[keep]] = tm.doc_freq[keep]
+        cols = np.asarray([vocab.get(t, -1) for t in terms], np.int64)  # terms outside the vocabulary cannot be predicted
+        df[cols[cols >= 0]] = doc_freq[cols >= 0]
         self.df = torch.from_numpy(df.astype(np.float32))
-        self.num_docs = n_docs
-        # Lucene: docCount and sumTotalTermFreq of the field; avgdl kept as a float.
-        lengths = np.asarray(tm.tf.sum(axis=1)).ravel()
-        avgdl = np.float32(lengths.sum() / n_docs)
+        self.num_docs = self.index.num_docs
+        doc_count, total_terms = field_statistics(self.index)
+        # Lucene: idf over the field's docCount, avgdl = sumTotalTermFreq / docCount kept as a float.
+        self.avgdl = np.float32(total_terms / max(doc_count, 1))
         if self.params.bag_of_words:
             self.idf = torch.ones(vocab_size)
-            values = np.ones_like(tf.data, dtype=np.float32)
         else:
-            idf = np.log(1 + (n_docs - df + 0.5) / (df + 0.5)).astype(np.float32)
+            idf = np.log(1 + (doc_count - df + 0.5) / (df + 0.5)).astype(np.float32)
             idf[df == 0] = 0.0
             self.idf = torch.from_numpy(idf)
-            # Lucene's float32 arithmetic, step by step: normInverse per length byte, then
-            # score = weight - weight / (1 + tf * normInverse) = weight * f.
-            k1, b, one = np.float32(self.params.k1), np.float32(self.params.b), np.float32(1)
-            dl = lucene_doc_lengths(lengths).astype(np.float32)
-            norm_inverse = one / (k1 * ((one - b) + b * dl / avgdl))
-            x = tf.data.astype(np.float32) * np.repeat(norm_inverse, np.diff(tf.indptr))
-            values = (one - one / (one + x)).astype(np.float32)
-        self.f = sp.csr_matrix((values, tf.indices, tf.indptr), shape=tf.shape)
+        self._rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # Lucene doc -> (columns, f values)
+
+    @property
+    def docids(self) -> np.ndarray:
+        """External id of every row (Lucene doc)."""
+        return self.index.docids
+
+    @property
+    def rows_read(self) -> int:
+        """Documents whose terms were read from the index so far."""
+        return self.reader.reads
+
+    def rows(self, docids: list[str]) -> list[int]:
+        """Rows of external ids; an id the index lacks is an error."""
+        rows = self.index.doc_numbers(docids)
+        if np.any(rows < 0):
+            missing = np.asarray(docids, dtype=object)[rows < 0][0]
+            raise KeyError(f"document {missing!r} is not in {self.index.path}")
+        return rows.tolist()
+
+    def prefetch(self, rows, desc: str | None = None) -> None:
+        """Read the f(d) rows of ``rows`` not read yet (``desc``: a progress bar on a terminal)."""
+        todo = np.unique(np.asarray([r for r in rows if r not in self._rows], np.int64))
+        if not len(todo):
+            return
+        dl = LENGTH_TABLE[self.reader.norm_bytes(todo)].astype(np.float32)
+        # Lucene's float32 arithmetic, step by step: normInverse per length byte, then
+        # score = weight - weight / (1 + tf * normInverse) = weight * f.
+        k1, b, one = np.float32(self.params.k1), np.float32(self.params.b), np.float32(1)
+        norm_inverse = one / (k1 * ((one - b) + b * dl / self.avgdl))
+        for doc, inverse in progress(zip(todo.tolist(), norm_inverse), total=len(todo), desc=desc, unit="doc",
+                                     disable=desc is None):
+            counts = self.reader.terms(doc)
+            cols = np.asarray([self.columns.get(t, -1) for t in counts], np.int64)
+            tf = np.asarray(list(counts.values()), np.float32)[cols >= 0]
+            cols = cols[cols >= 0]
+            order = np.argsort(cols)
+            cols, tf = cols[order], tf[order]
+            values = np.ones_like(tf) if self.params.bag_of_words else (one - one / (one + tf * inverse))
+            self._rows[doc] = (cols, values.astype(np.float32))
 
     def doc_matrix(self, rows: list[int] | np.ndarray) -> torch.Tensor:
         """``f(d)`` of the given documents as a sparse COO tensor (n x vocab)."""
-        sub = self.f[np.asarray(rows)].tocoo()
-        idx = torch.from_numpy(np.vstack([sub.row, sub.col]).astype(np.int64))
-        return torch.sparse_coo_tensor(idx, torch.from_numpy(sub.data), sub.shape, check_invariants=False).coalesce()
+        self.prefetch(rows)
+        parts = [self._rows[int(r)] for r in rows]
+        lengths = [len(c) for c, _ in parts]
+        row_idx = np.repeat(np.arange(len(parts)), lengths)
+        cols = np.concatenate([c for c, _ in parts]) if parts else np.zeros(0, np.int64)
+        vals = np.concatenate([v for _, v in parts]) if parts else np.zeros(0, np.float32)
+        idx = torch.from_numpy(np.vstack([row_idx, cols]).astype(np.int64))
+        return torch.sparse_coo_tensor(idx, torch.from_numpy(vals), (len(parts), len(self.idf)),
+                                       check_invariants=False).coalesce()
 
     def score(self, boosts: torch.Tensor, rows: list[int] | np.ndarray) -> torch.Tensor:
         """Scores (queries x docs) of query boosts ``w ⊙ (bow + a)`` (queries x vocab) against ``rows``."""
-        docs = self.doc_matrix(rows)
+        docs = self.doc_matrix(rows).to(boosts.device, non_blocking=True)
         return torch.sparse.mm(docs, (boosts * self.idf.to(boosts.device)).t()).t()
-
-    def rows(self, docids: list[str]) -> list[int]:
-        return [self.doc_index[d] for d in docids]

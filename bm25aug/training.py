@@ -55,6 +55,9 @@ class TrainConfig:
     bag_of_words: bool = False  # ablation: score with bow(d), no idf or tf saturation
     hard_negatives: int = 1  # per query per step
     negative_depth: int = 30  # mined from the top of BM25 on the target's index, judged positives excluded
+    # Where hard negatives come from: "bm25" (mined from our own index, as the paper does) or "dpr"
+    # (the training JSON's hard_negative_ctxs).
+    negatives: str = "bm25"
     max_query_length: int = 64
     dev_size: int = 100  # size of the seeded train slice when the dataset has no dev split
     dev_depth: int = 100
@@ -62,6 +65,7 @@ class TrainConfig:
     k1: float = 0.9
     b: float = 0.4
     threads: int = 2
+    device: str = "auto"  # "auto" (CUDA when torch sees a GPU), "cpu" or "cuda" (bf16 autocast)
     # The index the model serves: "flat" (Lucene's English analyzer, Pyserini's stock indexes; the
     # default, chosen on dev and transfer-dev sets: README "Targets") or "wp" (the paper's WordPiece index).
     target: str = "flat"
@@ -78,7 +82,19 @@ class TrainConfig:
 
 
 # Values of settings added after the first release, for runs saved before they existed.
-_PREDATES = {"target": "wp", "weight_floor": 0.0, "pooling": None, "penalty_floor": 0.0}
+_PREDATES = {"target": "wp", "weight_floor": 0.0, "pooling": None, "penalty_floor": 0.0, "negatives": "bm25"}
+NEGATIVES = ("bm25", "dpr")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto``: CUDA when torch sees a GPU, else CPU. ``cuda`` without one is an error."""
+    if name not in DEVICES:
+        raise UserError(f"unknown device {name!r}; fix: use one of {', '.join(DEVICES)}")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--device cuda, but this torch ({torch.__version__}) sees no CUDA GPU; "
+                        f"fix: install a CUDA build of torch on a GPU machine, or use --device cpu")
+    return torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
 
 PRESETS: dict[str, dict] = {
     # Paper, section 3 (DistilBERT, AdamW, batch 144).
@@ -107,11 +123,11 @@ class AugmentationLoss(nn.Module):
         self.register_buffer("penalty", penalty)
         self.bm25, self.lam = bm25, lam
 
-    def forward(self, out, boosts: torch.Tensor, doc_rows: list[int], targets: torch.Tensor,
+    def forward(self, augmentation: torch.Tensor, boosts: torch.Tensor, doc_rows: list[int], targets: torch.Tensor,
                 mask: torch.Tensor) -> dict[str, torch.Tensor]:
         scores = self.bm25.score(boosts, doc_rows).masked_fill(mask, float("-inf"))
         rank = nn.functional.cross_entropy(scores, targets)
-        reg = (out.augmentation * self.penalty).sum(dim=1).mean()
+        reg = (augmentation * self.penalty).sum(dim=1).mean()
         return {"loss": rank + self.lam * reg, "rank": rank.detach(), "reg": reg.detach()}
 
 
@@ -123,7 +139,7 @@ class Example:
     negatives: list[int]
 
 
-def mine_hard_negatives(searcher: BM25Searcher, bm25: TorchBM25, split: Split, dataset: Dataset, depth: int,
+def mine_hard_negatives(searcher: BM25Searcher, split: Split, dataset: Dataset, depth: int,
                         threads: int) -> dict[str, list[str]]:
     """Top-``depth`` BM25 documents (on the target's index) that are not judged positive (nor contain an answer)."""
     qids = [q for q in split.queries if split.qrels.get(q)]
@@ -132,17 +148,21 @@ def mine_hard_negatives(searcher: BM25Searcher, bm25: TorchBM25, split: Split, d
     negatives = {}
     for qid in qids:
         answers = split.answers.get(qid)
-        negatives[qid] = [h.docid for h in runs[qid] if h.docid not in split.qrels[qid] and h.docid in bm25.doc_index
+        negatives[qid] = [h.docid for h in runs[qid] if h.docid not in split.qrels[qid]
                           and not (answers and has_answer(answers, dataset.corpus[h.docid].text))][:depth]
     return negatives
 
 
 def build_examples(split: Split, negatives: dict[str, list[str]], bm25: TorchBM25) -> list[Example]:
+    """Training queries with the rows of their positives (judged > 0 and in the index) and negatives."""
+    def rows(docids: list[str]) -> list[int]:
+        return [int(r) for r in bm25.index.doc_numbers(docids) if r >= 0]
+
     examples = []
     for qid, rels in split.qrels.items():
-        pos = [bm25.doc_index[d] for d, g in rels.items() if g > 0 and d in bm25.doc_index]
+        pos = rows([d for d, g in rels.items() if g > 0])
         if pos and qid in split.queries:
-            examples.append(Example(qid, split.queries[qid], pos, bm25.rows(negatives.get(qid, []))))
+            examples.append(Example(qid, split.queries[qid], pos, rows(negatives.get(qid, []))))
     return examples
 
 
@@ -155,6 +175,9 @@ class Trainer:
         self._check_output_dir(resume)
         self.resume = resume
         _seed_everything(config.seed)
+        self.device = resolve_device(config.device)
+        if config.negatives not in NEGATIVES:
+            raise UserError(f"unknown --negatives {config.negatives!r}; fix: use one of {', '.join(NEGATIVES)}")
         last = self.out / "last"
         if resume and (last / "trainer_state.pt").exists():
             self.model = QueryAugmenter.from_pretrained(last).train()
@@ -173,6 +196,8 @@ class Trainer:
         self.target = self.model.target
         self.cmap = self.target.columns(self.bm25)
         self.loss = AugmentationLoss(self.bm25, self.cmap, config.lam, config.uniform_l1, config.penalty_floor)
+        self.model.to(self.device)
+        self.loss.to(self.device)
         train, self.dev, dev_how = dataset.train_dev(config.dev_size, config.seed)
         write_json(self.out / "dev_split.json", {"how": dev_how, "qids": sorted(self.dev.queries)})
         negatives = self._negatives(train)
@@ -181,6 +206,8 @@ class Trainer:
             raise UserError(f"{dataset.name}: no training query has a positive document in the corpus; "
                             f"fix: check the train qrels / positive_ctxs")
         self.qrels_rows = {e.qid: set(e.positives) for e in self.examples}
+        # The only document rows training reads (a random negative, for a query without any, is read when drawn).
+        self.bm25.prefetch([r for e in self.examples for r in (*e.positives, *e.negatives)], desc="read document terms")
         self.steps_per_epoch = math.ceil(len(self.examples) / config.batch_size)
         self.optimizer, self.scheduler = self._optimizer()
 
@@ -195,7 +222,7 @@ class Trainer:
             # weight floor); a moved run folder resumes where it now is; the gate is set after
             # training, so a resume may change it.
             changed = [f.name for f in fields(TrainConfig) if f.name not in ("epochs", "threads", "output_dir",
-                                                                               "gate_quantile")
+                                                                               "gate_quantile", "device")
                        and old.get(f.name, _PREDATES.get(f.name, f.default)) != getattr(self.config, f.name)]
             if changed:
                 raise UserError(f"--resume with settings that differ from the saved run ({', '.join(changed)}); "
@@ -206,7 +233,15 @@ class Trainer:
         cache = self.out / "hard_negatives.json"
         if cache.exists():
             return json.loads(cache.read_text())
-        negatives = mine_hard_negatives(self.searcher, self.bm25, train, self.dataset, self.config.negative_depth,
+        if self.config.negatives == "dpr":
+            if not any(train.negatives.values()):
+                raise UserError(f"{self.dataset.name}: --negatives dpr uses the training JSON's hard_negative_ctxs, "
+                                f"and this one has none; fix: use --negatives bm25 (mined from the index)")
+            negatives = {q: [d for d in ids if d not in train.qrels.get(q, {})][:self.config.negative_depth]
+                         for q, ids in train.negatives.items()}
+            write_json(cache, negatives)
+            return negatives
+        negatives = mine_hard_negatives(self.searcher, train, self.dataset, self.config.negative_depth,
                                         self.config.threads)
         write_json(cache, negatives)
         return negatives
@@ -289,9 +324,13 @@ class Trainer:
         mask = torch.tensor([[j != i and r in self.qrels_rows[e.qid] for j, r in enumerate(rows)]
                              for i, e in enumerate(batch)])
         qb = self.target.batch(queries)
-        out = self.model(torch.from_numpy(qb.input_ids), torch.from_numpy(qb.attention_mask))
-        boosts = self.target.boosts(qb, out.token_weights, out.augmentation, self.cmap)
-        parts = self.loss(out, boosts, rows, torch.arange(len(batch)), mask)
+        cuda = self.device.type == "cuda"
+        ids, attention = (_to(torch.from_numpy(x), self.device) for x in (qb.input_ids, qb.attention_mask))
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):  # the encoder; BM25 stays in float32
+            out = self.model(ids, attention)
+        w, a = out.token_weights.float(), out.augmentation.float()
+        boosts = self.target.boosts(qb, w, a, self.cmap)
+        parts = self.loss(a, boosts, rows, torch.arange(len(batch), device=self.device), mask.to(self.device))
         self.optimizer.zero_grad(set_to_none=True)
         parts["loss"].backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
@@ -331,7 +370,7 @@ class Trainer:
             log.info("no checkpoint in %s; starting from scratch", self.out)
             self.resume = False
             return _fresh_state()
-        saved = torch.load(path, weights_only=False)
+        saved = torch.load(path, weights_only=False, map_location=self.device)
         self.optimizer.load_state_dict(saved["optimizer"])
         self.scheduler.load_state_dict(saved["scheduler"])
         torch.set_rng_state(saved["torch_rng"])
@@ -349,6 +388,11 @@ def calibrate_gate(model: QueryAugmenter, queries: list[str], quantile: float) -
         out = model(enc["input_ids"], enc["attention_mask"])
         counts.extend((out.augmentation > 0).sum(dim=1).tolist())
     return max(1, int(math.ceil(np.quantile(counts, quantile)))) if counts else 0
+
+
+def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A batch tensor on ``device``: through pinned memory, asynchronously, for CUDA."""
+    return tensor.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else tensor
 
 
 def _fresh_state() -> dict:

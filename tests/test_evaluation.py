@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from bm25aug.data import Document
+from bm25aug.corpus import Document
 from bm25aug.evaluation import capped_recall, evaluate_answers, evaluate_qrels, has_answer
 from bm25aug.search import Hit
 

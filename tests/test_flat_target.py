@@ -82,7 +82,7 @@ def test_torch_bm25_equals_lucene_on_scifact_flat(scifact, scifact_flat):
         for t, w in terms.items():
             boosts[0, bm25.columns[t]] = w
         ours = bm25.score(boosts, docs.tolist())[0].numpy()
-        assert bm25.docids == index.docids.tolist()
+        assert bm25.docids.tolist() == index.docids.tolist()
         worst = max(worst, float(np.max(np.abs(ours - lucene) / lucene)))
     index.close()
     assert worst < 1e-4

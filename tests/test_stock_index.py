@@ -10,7 +10,7 @@ from conftest import TINY_DOCS
 def pyserini_index(path, tokenizer=None):
     """Index the tiny corpus with Pyserini's programmatic indexer (flat, or pretokenized wp)."""
     from bm25aug.java import start_jvm
-    from bm25aug.tokenization import tokenize_batch
+    from bm25aug.tokenization import untruncated
 
     start_jvm()
     from pyserini.index.lucene import LuceneIndexer
@@ -19,7 +19,7 @@ def pyserini_index(path, tokenizer=None):
     indexer = LuceneIndexer(args=args, threads=1)
     texts = [f"{title} {text}" for title, text in TINY_DOCS.values()]
     if tokenizer is not None:
-        texts = [" ".join(t) for t in tokenize_batch(tokenizer, texts)]
+        texts = [" ".join(e.tokens) for e in untruncated(tokenizer).encode_batch(texts, add_special_tokens=False)]
     for docid, text in zip(TINY_DOCS, texts):
         indexer.add_doc_raw(json.dumps({"id": docid, "contents": text}))
     indexer.close()

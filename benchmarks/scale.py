@@ -1,0 +1,240 @@
+"""Scale benchmark: SciFact padded with real-sentence distractors to 10k, 100k and 1M passages.
+
+    python benchmarks/scale.py [--sizes 10000 100000 1000000] [--json-out F] [--checkpoint DIR]
+
+The corpus is SciFact's 5,183 documents plus deterministic distractor passages, each 3-7
+sentences drawn (seeded) from the real sentences of the other shared corpora (NFCorpus, SQuAD),
+so vocabulary and term statistics are real. SciFact's queries and qrels judge it. Folders go to
+``runs/scale/scifact_pad<N>`` (written once, then reused), indexes to ``indexes/``.
+
+Each step runs in its own process, so that its peak RSS (JVM included) is its own:
+
+* build: flat and wp index build seconds, docs/s, peak RSS;
+* train: ``Trainer`` setup (hard-negative mining on the padded index, the document rows that
+  training reads) seconds and peak RSS, then seconds per training step (default settings);
+* search: p50 of bm25-flat, bm25-wp and augmented (``--checkpoint``, trained on SciFact) over the
+  300 SciFact test queries, k=1000, one thread, and their nDCG@10 against the padded corpus.
+
+It ends with a line extrapolating time and memory to NQ's 21M passages (linear in the corpus
+size, from the two largest sizes run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+SCIFACT_DOCS = 5183
+NQ_PASSAGES = 21_015_324
+ROOT = Path("runs/scale")
+STEPS = ("build-flat", "build-wp", "train", "search")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+
+
+# ------------------------------------------------------------------------------------------ corpus
+def sentence_pool() -> list[str]:
+    """Real sentences of NFCorpus and SQuAD (5 to 60 words), in a fixed order."""
+    from bm25aug.data import load_dataset
+
+    pool = []
+    for name in ("nfcorpus", "squad"):
+        for _, doc in load_dataset(name).corpus.items():
+            pool.extend(s for s in _SENTENCE.split(doc.text) if 5 <= len(s.split()) <= 60)
+    return pool
+
+
+def padded_corpus(size: int, seed: int = 0) -> Path:
+    """``runs/scale/scifact_pad<size>``: SciFact plus ``size - 5183`` distractors (BEIR layout;
+    queries and qrels link to SciFact's). Written to a temp file and renamed; reused once there."""
+    from bm25aug.data import load_dataset
+
+    folder = ROOT / f"scifact_pad{size}"
+    corpus = folder / "corpus.jsonl"
+    if corpus.exists():
+        return folder
+    scifact = load_dataset("scifact")
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("queries.jsonl", "qrels"):
+        link = folder / name
+        if not link.exists():
+            link.symlink_to((scifact.path / name).resolve())
+    pool = sentence_pool()
+    rng = np.random.default_rng(seed)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".corpus.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        for docid, doc in scifact.corpus.items():
+            f.write(json.dumps({"_id": docid, "title": doc.title, "text": doc.text}) + "\n")
+        for i in range(max(0, size - len(scifact.corpus))):
+            picks = rng.integers(0, len(pool), rng.integers(3, 8))
+            f.write(json.dumps({"_id": f"pad{i}", "title": "", "text": " ".join(pool[j] for j in picks)}) + "\n")
+    os.replace(tmp, corpus)
+    return folder
+
+
+# ------------------------------------------------------------------------------------------- steps
+def step_build(folder: Path, flavor: str) -> dict:
+    from bm25aug.data import load_dataset
+    from bm25aug.index import ensure_index
+
+    dataset = load_dataset(str(folder))
+    start = time.perf_counter()
+    ensure_index(dataset, flavor, force=True)
+    seconds = time.perf_counter() - start
+    return {f"build_s_{flavor}": seconds, f"docs_per_s_{flavor}": len(dataset.corpus) / seconds}
+
+
+def step_train(folder: Path, steps: int) -> dict:
+    import random
+
+    import torch
+
+    from bm25aug.data import load_dataset
+    from bm25aug.index import ensure_index
+    from bm25aug.training import TrainConfig, Trainer
+
+    torch.set_num_threads(2)
+    dataset = load_dataset(str(folder))
+    config = TrainConfig.for_dataset("scifact", output_dir=tempfile.mkdtemp(prefix="scale-train-"))
+    index = ensure_index(dataset, config.target)
+    start = time.perf_counter()
+    trainer = Trainer(config, dataset, index)
+    setup = time.perf_counter() - start
+    rng = random.Random(0)
+    batches = [trainer.examples[i * config.batch_size:(i + 1) * config.batch_size] for i in range(steps + 1)]
+    trainer._step(batches[0], rng)  # warm-up
+    start = time.perf_counter()
+    for batch in batches[1:]:
+        trainer._step(batch, rng)
+    return {"train_setup_s": setup, "step_s": (time.perf_counter() - start) / steps,
+            "train_rows_read": trainer.bm25.rows_read}
+
+
+def step_search(folder: Path, checkpoint: Path) -> dict:
+    import torch
+
+    from bm25aug.data import load_dataset
+    from bm25aug.experiment import METHODS, EvalConfig, run_method
+
+    torch.set_num_threads(1)
+    dataset = load_dataset(str(folder))
+    split = dataset.split("test")
+    config = EvalConfig(dataset=str(folder), checkpoint=str(checkpoint))
+    out = {}
+    for name in ("bm25-flat", "bm25-wp", "augmented"):
+        metrics, _ = run_method(METHODS[name], config, dataset, split, 1000, checkpoint)
+        key = name.replace("-", "_")
+        out[f"p50_ms_{key}"] = metrics["latency_ms_p50"]
+        out[f"ndcg@10_{key}"] = metrics["ndcg@10"]
+    return out
+
+
+def run_step(step: str, folder: Path, args) -> dict:
+    """``step`` in a child process; its own peak RSS (MB) comes back with its numbers."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        result = Path(f.name)
+    cmd = [sys.executable, __file__, "--step", step, "--folder", str(folder), "--result", str(result),
+           "--checkpoint", str(args.checkpoint), "--train-steps", str(args.train_steps)]
+    proc = subprocess.Popen(cmd)
+    _, status, usage = os.wait4(proc.pid, 0)
+    if status != 0:
+        raise SystemExit(f"step {step} on {folder} failed (exit status {status})")
+    values = json.loads(result.read_text())
+    result.unlink()
+    return {**values, "peak_rss_mb": usage.ru_maxrss / 1024}
+
+
+def measure(size: int, args) -> dict:
+    folder = padded_corpus(size)
+    row: dict = {"size": size}
+    rss = []
+    for flavor in ("flat", "wp"):
+        values = run_step(f"build-{flavor}", folder, args)
+        rss.append(values.pop("peak_rss_mb"))
+        row.update(values)
+    row["build_peak_rss_mb"] = max(rss)
+    values = run_step("train", folder, args)
+    row["train_peak_rss_mb"] = values.pop("peak_rss_mb")
+    row.update(values)
+    values = run_step("search", folder, args)
+    row["search_peak_rss_mb"] = values.pop("peak_rss_mb")
+    row.update(values)
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| passages | build flat s (docs/s) | build wp s (docs/s) | wp / flat | build peak RSS MB | "
+             "train setup s | train peak RSS MB | rows read | s / step | p50 ms flat | p50 ms wp | p50 ms augmented | "
+             "augmented / wp | nDCG@10 flat | nDCG@10 augmented |", "|" + "---|" * 15]
+    for r in rows:
+        lines.append(
+            f"| {r['size']:,} | {r['build_s_flat']:.1f} ({r['docs_per_s_flat']:,.0f}) | {r['build_s_wp']:.1f} "
+            f"({r['docs_per_s_wp']:,.0f}) | {r['build_s_wp'] / r['build_s_flat']:.2f}x | {r['build_peak_rss_mb']:,.0f} | "
+            f"{r['train_setup_s']:.1f} | {r['train_peak_rss_mb']:,.0f} | {r['train_rows_read']:,} | {r['step_s']:.2f} | "
+            f"{r['p50_ms_bm25_flat']:.2f} | {r['p50_ms_bm25_wp']:.2f} | {r['p50_ms_augmented']:.2f} | "
+            f"{r['p50_ms_augmented'] / r['p50_ms_bm25_wp']:.2f}x | {r['ndcg@10_bm25_flat']:.4f} | "
+            f"{r['ndcg@10_augmented']:.4f} |")
+    return "\n".join(lines)
+
+
+def extrapolate(rows: list[dict], target: int = NQ_PASSAGES) -> str:
+    """Linear in the corpus size through the two largest sizes measured."""
+    if len(rows) < 2:
+        return "(one size measured: no extrapolation)"
+    a, b = sorted(rows, key=lambda r: r["size"])[-2:]
+
+    def at(key: str) -> float:
+        slope = (b[key] - a[key]) / (b["size"] - a["size"])
+        return b[key] + slope * (target - b["size"])
+
+    return (f"Extrapolated to NQ's {target:,} passages (linear through {a['size']:,} and {b['size']:,}): "
+            f"flat build {at('build_s_flat') / 3600:.1f} h, wp build {at('build_s_wp') / 3600:.1f} h, "
+            f"build peak RSS {at('build_peak_rss_mb') / 1024:.1f} GB, training setup {at('train_setup_s') / 60:.0f} min "
+            f"at {at('train_peak_rss_mb') / 1024:.1f} GB peak RSS, bm25-wp p50 {at('p50_ms_bm25_wp'):.0f} ms, "
+            f"augmented p50 {at('p50_ms_augmented'):.0f} ms.")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    p.add_argument("--checkpoint", default="checkpoints/scifact/best", help="the augmented model (trained on SciFact)")
+    p.add_argument("--train-steps", type=int, default=5, help="timed training steps per size")
+    p.add_argument("--json-out", help="one JSON object per size, in a list")
+    p.add_argument("--step", choices=STEPS, help=argparse.SUPPRESS)
+    p.add_argument("--folder", help=argparse.SUPPRESS)
+    p.add_argument("--result", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    checkpoint = Path(args.checkpoint)
+    args.checkpoint = checkpoint / "best" if (checkpoint / "best").is_dir() else checkpoint
+    if args.step:
+        from bm25aug.progress import quiet_libraries
+
+        quiet_libraries()
+        folder = Path(args.folder)
+        if args.step.startswith("build-"):
+            values = step_build(folder, args.step.split("-")[1])
+        elif args.step == "train":
+            values = step_train(folder, args.train_steps)
+        else:
+            values = step_search(folder, args.checkpoint)
+        Path(args.result).write_text(json.dumps(values))
+        return
+    rows = [measure(size, args) for size in args.sizes]
+    print("\n" + table(rows) + "\n\n" + extrapolate(rows))
+    if args.json_out:
+        from bm25aug.io import write_json
+
+        write_json(args.json_out, rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""A corpus file read through an on-disk offset table, never held whole in memory.
+
+NQ's 21M passages as a dict of Python objects take about 15 GB. ``Corpus`` instead scans the file
+once, keeping each document's id (bytes, in one numpy array) and byte offset: about 20 bytes a
+passage. It is a read-only ``Mapping[str, Document]``:
+
+* iteration (``items()``, ``batches()``) streams the file in order;
+* ``corpus[docid]`` (answer matching, hard-negative filters) seeks to the one line it needs;
+* ``docid in corpus`` and ``len`` use the table alone.
+
+Repeated ids keep their first line, with a warning and a count, as before. Every line is parsed
+during the scan, so a malformed line is reported (with its line number) before any work starts.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from bm25aug.errors import UserError
+from bm25aug.progress import progress
+
+log = logging.getLogger(__name__)
+_CHUNK = 1 << 20  # ids gathered as Python objects before they are packed into numpy
+
+
+@dataclass
+class Document:
+    title: str
+    text: str
+
+    @property
+    def contents(self) -> str:
+        """Title and text joined by one space, as Pyserini's BEIR regressions index them."""
+        return f"{self.title} {self.text}"
+
+
+def parse_beir(line: str, where: str) -> tuple[str, Document]:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{where}: malformed JSON ({e.msg}); fix: repair or remove that line") from None
+    if not isinstance(row, dict) or "_id" not in row:
+        raise UserError(f"{where}: expected a JSON object with an \"_id\" field; fix: repair that line")
+    return str(row["_id"]), Document(row.get("title") or "", row.get("text") or "")
+
+
+def parse_dpr(line: str, where: str) -> tuple[str, Document]:
+    row = next(csv.reader([line], delimiter="\t"), [])
+    if len(row) < 3:
+        raise UserError(f"{where}: expected 3 tab-separated fields; fix: repair that line")
+    return row[0], Document(row[2], row[1])
+
+
+def parse_msmarco(line: str, where: str) -> tuple[str, Document]:
+    pid, _, text = line.rstrip("\n").partition("\t")
+    return pid, Document("", text)
+
+
+PARSERS: dict[str, Callable[[str, str], tuple[str, Document]]] = {
+    "beir": parse_beir, "dpr": parse_dpr, "msmarco": parse_msmarco}
+
+
+class Corpus(Mapping):
+    """The documents of one corpus file (``layout``: beir, dpr or msmarco), by id."""
+
+    def __init__(self, path: str | Path, layout: str):
+        self.path, self.parse = Path(path), PARSERS[layout]
+        self.header = layout == "dpr"  # DPR's passages start with "id<TAB>text<TAB>title"
+        ids, offsets, lines = [], [], []
+        packed: list[np.ndarray] = []
+        for lineno, offset, line in self._lines(desc=f"scan {self.path.name}"):
+            ids.append(self.parse(line, f"{self.path}:{lineno}")[0].encode("utf-8"))
+            offsets.append(offset)
+            lines.append(lineno)
+            if len(ids) == _CHUNK:
+                packed.append(np.asarray(ids, dtype=bytes))
+                ids = []
+        packed.append(np.asarray(ids, dtype=bytes))
+        width = max(a.dtype.itemsize for a in packed)
+        all_ids = np.concatenate([a.astype(f"S{width}") for a in packed])
+        self._offsets, self._lines_of = np.asarray(offsets, np.int64), np.asarray(lines, np.int64)
+        order = np.argsort(all_ids, kind="stable")  # equal ids: file order, so the first line wins
+        sorted_ids = all_ids[order]
+        first = np.ones(len(order), bool)
+        first[1:] = sorted_ids[1:] != sorted_ids[:-1]
+        if not first.all():
+            log.warning("%s: %d repeated document ids; the first copy of each is kept", self.path, int((~first).sum()))
+        self._keep = np.zeros(len(order), bool)  # per line: is it the document its id names
+        self._keep[order[first]] = True
+        self._sorted_ids, self._sorted_lines = sorted_ids[first], order[first]
+
+    def _lines(self, desc: str | None = None) -> Iterator[tuple[int, int, str]]:
+        """(line number, byte offset, text) of every non-blank data line."""
+        size = self.path.stat().st_size
+        with open(self.path, "rb") as f, progress(total=size, desc=desc, unit="B", unit_scale=True,
+                                                   disable=desc is None) as bar:
+            offset = 0
+            for lineno, raw in enumerate(f, 1):
+                at, offset = offset, offset + len(raw)
+                bar.update(len(raw))
+                if lineno == 1 and self.header:
+                    self._check_header(raw)
+                    continue
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise UserError(f"{self.path}:{lineno}: not valid UTF-8; fix: re-encode the file as UTF-8 "
+                                    f"(e.g. iconv -f latin1 -t utf-8)") from None
+                if line.strip():
+                    yield lineno, at, line
+
+    def _check_header(self, raw: bytes) -> None:
+        header = raw.decode("utf-8", "replace").rstrip("\r\n").split("\t")
+        if [h.strip() for h in header[:3]] != ["id", "text", "title"]:
+            raise UserError(f"{self.path}: expected a header 'id<TAB>text<TAB>title'; fix: use DPR's passage format")
+
+    def __len__(self) -> int:
+        return len(self._sorted_ids)
+
+    def _find(self, docid: str) -> int:
+        """Line index (into the offset table) of ``docid``, or -1."""
+        if not isinstance(docid, str) or not len(self._sorted_ids):
+            return -1
+        key = docid.encode("utf-8")
+        at = int(np.searchsorted(self._sorted_ids, key))
+        return int(self._sorted_lines[at]) if at < len(self._sorted_ids) and self._sorted_ids[at] == key else -1
+
+    def __contains__(self, docid) -> bool:
+        return self._find(docid) >= 0
+
+    def __getitem__(self, docid: str) -> Document:
+        line = self._find(docid)
+        if line < 0:
+            raise KeyError(docid)
+        with open(self.path, "rb") as f:
+            f.seek(int(self._offsets[line]))
+            return self.parse(f.readline().decode("utf-8"), f"{self.path}:{self._lines_of[line]}")[1]
+
+    def items(self) -> Iterator[tuple[str, Document]]:  # type: ignore[override]
+        """(id, document) in file order, streamed; a repeated id's later lines are skipped."""
+        for i, (lineno, _, line) in enumerate(self._lines()):
+            if self._keep[i]:
+                yield self.parse(line, f"{self.path}:{lineno}")
+
+    def __iter__(self) -> Iterator[str]:
+        return (docid for docid, _ in self.items())
+
+    def batches(self, size: int) -> Iterator[list[tuple[str, Document]]]:
+        """``items()`` in lists of at most ``size``: what indexing holds at once."""
+        batch: list[tuple[str, Document]] = []
+        for item in self.items():
+            batch.append(item)
+            if len(batch) == size:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
