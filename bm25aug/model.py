@@ -169,7 +169,7 @@ class QueryAugmenter(nn.Module):
         if not queries:
             return []
         batch = self.target.batch(queries)
-        device = self.aug_head.weight.device
+        device = self.encoder.get_input_embeddings().weight.device  # never quantized (see quantized())
         out = self(torch.from_numpy(batch.input_ids).to(device), torch.from_numpy(batch.attention_mask).to(device))
         return self.target.term_lists(batch, out.token_weights.float().cpu().numpy(), out.augmentation.float().cpu().numpy())
 

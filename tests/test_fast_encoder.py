@@ -58,6 +58,13 @@ def test_export_is_made_once_and_follows_the_weights(offline_model, tmp_path):
     assert fast.encode(["cats"])[0]["cats"] == pytest.approx(reference.encode(["cats"])[0]["cats"], rel=0.15)
 
 
+def test_every_runtime_encodes(checkpoint):
+    """torch-int8 (dynamically quantized Linear layers) encodes as the others do."""
+    for runtime in ("torch-fp32", "torch-int8", "onnx-int8"):
+        terms = load_encoder(checkpoint, runtime).encode(["vitamin B12 deficiency"])[0]
+        assert "vitamin" in terms and all(w > 0 for w in terms.values()), runtime
+
+
 def test_unknown_runtime(checkpoint):
     with pytest.raises(UserError, match="unknown query encoder runtime"):
         load_encoder(checkpoint, "tensorrt")
