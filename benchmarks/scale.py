@@ -221,6 +221,11 @@ def main() -> None:
     args = p.parse_args()
     checkpoint = Path(args.checkpoint)
     args.checkpoint = checkpoint / "best" if (checkpoint / "best").is_dir() else checkpoint
+    from bm25aug.model import CONFIG_NAME
+
+    if not (args.checkpoint / CONFIG_NAME).exists():
+        raise SystemExit(f"no trained model at {args.checkpoint}; fix: run `python train.py --dataset scifact` "
+                         f"(or `make demo`) first, or pass --checkpoint DIR")
     if args.step:
         from bm25aug.progress import quiet_libraries
 
@@ -234,7 +239,12 @@ def main() -> None:
             values = step_search(folder, args.checkpoint)
         Path(args.result).write_text(json.dumps(values))
         return
-    rows = [measure(size, args) for size in args.sizes]
+    from bm25aug.errors import UserError
+
+    try:
+        rows = [measure(size, args) for size in args.sizes]
+    except UserError as e:  # e.g. no ../shared/data: one line, as the CLI prints it
+        raise SystemExit(f"error: {e}") from None
     print("\n" + table(rows) + "\n\n" + extrapolate(rows))
     if args.json_out:
         from bm25aug.io import write_json
