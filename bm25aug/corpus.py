@@ -42,13 +42,19 @@ class Document:
         return f"{self.title} {self.text}"
 
 
-def parse_beir(line: str, where: str) -> tuple[str, Document]:
+def beir_row(line: str, where: str) -> dict:
+    """One line of a BEIR JSONL file (corpus or queries): an object with an ``_id``."""
     try:
         row = json.loads(line)
     except json.JSONDecodeError as e:
         raise UserError(f"{where}: malformed JSON ({e.msg}); fix: repair or remove that line") from None
     if not isinstance(row, dict) or "_id" not in row:
         raise UserError(f"{where}: expected a JSON object with an \"_id\" field; fix: repair that line")
+    return row
+
+
+def parse_beir(line: str, where: str) -> tuple[str, Document]:
+    row = beir_row(line, where)
     return str(row["_id"]), Document(row.get("title") or "", row.get("text") or "")
 
 

@@ -29,7 +29,7 @@ from functools import cached_property
 from io import StringIO
 from pathlib import Path
 
-from bm25aug.corpus import Corpus
+from bm25aug.corpus import Corpus, beir_row
 from bm25aug.errors import UserError
 from bm25aug.io import CACHE_ROOT, clean_stale, read_lines, temp_sibling
 from bm25aug.progress import progress
@@ -196,18 +196,7 @@ class Dataset:
 
 # ----------------------------------------------------------------------------------------- loaders
 def _read_jsonl(path: Path) -> list[dict]:
-    rows = []
-    for lineno, line in read_lines(path):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise UserError(f"{path}:{lineno}: malformed JSON ({e.msg}); fix: repair or remove that line") from None
-        if not isinstance(row, dict) or "_id" not in row:
-            raise UserError(f"{path}:{lineno}: expected a JSON object with an \"_id\" field; fix: repair that line")
-        rows.append(row)
-    return rows
+    return [beir_row(line, f"{path}:{lineno}") for lineno, line in read_lines(path) if line.strip()]
 
 
 def _unique(pairs, where: Path, what: str) -> dict:
