@@ -308,7 +308,7 @@ def _dpr_training_rows(json_file: Path) -> list[dict]:
 
     stat = json_file.stat()
     key = hashlib.blake2b(f"{json_file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode(), digest_size=12)
-    cache = CACHE_DIR.parent / "dpr" / f"{json_file.stem}.{key.hexdigest()}.jsonl"
+    cache = CACHE_ROOT / "dpr" / f"{json_file.stem}.{key.hexdigest()}.jsonl"
     if not cache.exists():
         import ijson
 

@@ -57,16 +57,16 @@ class DocTermReader:
         stored raw contents split on whitespace are its terms."""
         self.index, self.field, self.pretokenized = index, field, pretokenized
         self.reads = 0  # documents read so far
+        from jnius import cast  # after the JVM started (LuceneIndex did)
+
         with JNI_LOCK:
             self.term_vectors = index.reader.termVectors()
             self.stored = index.reader.storedFields()
             self.leaves = index.reader.leaves()
             self.starts = [int(self.leaves.get(i).docBase) for i in range(self.leaves.size())]
-        self.has_vectors = self._vectors(0) is not None if index.num_docs else False
-
-    def _vectors(self, doc: int):
-        with JNI_LOCK:
-            return self.term_vectors.get(int(doc), self.field)
+            infos = jclass("org.apache.lucene.index.FieldInfos").getMergedFieldInfos(
+                cast("org.apache.lucene.index.IndexReader", index.reader)).fieldInfo(field)
+            self.has_vectors = infos is not None and bool(infos.hasVectors())  # the field's, not one document's
 
     def terms(self, doc: int) -> dict[str, int]:
         """``{term: frequency}`` of one document, as the index stores it."""
@@ -74,7 +74,7 @@ class DocTermReader:
         if self.has_vectors:
             out = {}
             with JNI_LOCK:
-                vectors = self._vectors(doc)
+                vectors = self.term_vectors.get(int(doc), self.field)
                 if vectors is None:
                     return out
                 it = vectors.iterator()

@@ -8,8 +8,8 @@ MRR@10 is the reciprocal rank of the first relevant document within the top 10.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 import unicodedata
+from collections.abc import Mapping
 from functools import lru_cache
 
 import numpy as np

@@ -16,7 +16,6 @@ O(vocabulary + training documents), not O(corpus).
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from pathlib import Path
 
 import numpy as np
@@ -72,13 +71,15 @@ class TorchBM25:
     for a ``wp`` index), or the index's own terms (``vocab=None``, e.g. a ``flat`` index).
     Rows are Lucene doc numbers (``rows`` maps external ids to them)."""
 
-    def __init__(self, index_dir, vocab: dict[str, int] | None, params: BM25Params | None = None):
+    def __init__(self, index: LuceneIndex | str | Path, vocab: dict[str, int] | None, params: BM25Params | None = None):
+        """``index``: a folder, or an open ``LuceneIndex`` (a searcher's: its reader and its id
+        tables are then shared, not loaded a second time)."""
         self.params = params or BM25Params()
-        self.index = LuceneIndex(index_dir)
+        self.index = index if isinstance(index, LuceneIndex) else LuceneIndex(index)
         # A wp index is pre-tokenized: a document's stored raw text is its terms. A stock index
         # (no meta.json) is taken as wp when it is scored over a WordPiece vocabulary.
-        has_meta = (Path(index_dir) / META_FILE).exists()
-        wp = IndexMeta.load(index_dir).flavor == "wp" if has_meta else vocab is not None
+        has_meta = (self.index.path / META_FILE).exists()
+        wp = IndexMeta.load(self.index.path).flavor == "wp" if has_meta else vocab is not None
         self.reader = DocTermReader(self.index, pretokenized=wp)
         terms, doc_freq = term_dictionary(self.index)
         vocab = vocab if vocab is not None else {t: i for i, t in enumerate(terms)}

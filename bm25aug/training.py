@@ -191,7 +191,7 @@ class Trainer:
             raise UserError(f"{index} is a {self.searcher.meta.flavor} index but --target is {config.target}; "
                             f"fix: pass the dataset's {config.target} index, or --target {self.searcher.meta.flavor}")
         self.model.config.vocab_hash = self.searcher.meta.vocab_hash or self.model.config.vocab_hash
-        self.bm25 = TorchBM25(index, self.model.tokenizer.get_vocab() if config.target == "wp" else None,
+        self.bm25 = TorchBM25(self.searcher.index, self.model.tokenizer.get_vocab() if config.target == "wp" else None,
                               BM25Params(config.k1, config.b, bag_of_words=config.bag_of_words))
         self.target = self.model.target
         self.cmap = self.target.columns(self.bm25)
@@ -239,10 +239,9 @@ class Trainer:
                                 f"and this one has none; fix: use --negatives bm25 (mined from the index)")
             negatives = {q: [d for d in ids if d not in train.qrels.get(q, {})][:self.config.negative_depth]
                          for q, ids in train.negatives.items()}
-            write_json(cache, negatives)
-            return negatives
-        negatives = mine_hard_negatives(self.searcher, train, self.dataset, self.config.negative_depth,
-                                        self.config.threads)
+        else:
+            negatives = mine_hard_negatives(self.searcher, train, self.dataset, self.config.negative_depth,
+                                            self.config.threads)
         write_json(cache, negatives)
         return negatives
 
