@@ -55,6 +55,9 @@ class AugmenterConfig:
     aug_init_bias: float = -1.0  # with tied init, only tokens close to the query start above zero
     target: str = "wp"  # the index the boosts are for: "wp" (the paper's) or "flat" (bm25aug.targets)
     weight_floor: float = 0.0  # a query term's w is at least this (1: the original BM25 weight is a floor)
+    # Entries of a(q) at or below this are zeroed, in training as in search, so the model learns to
+    # commit to a term or leave it out, and what is served is what was trained (0: plain ReLU).
+    aug_threshold: float = 0.0
     # a(q) is used only when it has at most this many non-zero entries (0: always). Set after
     # training to a high quantile of the training queries' counts, so that a query far from
     # anything trained on keeps its reweighting and gets no guessed terms.
@@ -122,8 +125,17 @@ class QueryAugmenter(nn.Module):
         self.register_buffer("special", special, persistent=False)
 
     @classmethod
-    def from_encoder(cls, encoder_name: str | None = None, **config) -> "QueryAugmenter":
+    def from_encoder(cls, encoder_name: str | None = None, layers: int | None = None, **config) -> "QueryAugmenter":
+        """A new model on a pretrained encoder; ``layers`` keeps only its first N transformer layers
+        (a cheaper query encoder; the saved encoder config says N, so ``from_pretrained`` agrees)."""
         name, encoder, tok = resolve_encoder(encoder_name)
+        if layers is not None:
+            stack = encoder.encoder.layer
+            if not 1 <= layers <= len(stack):
+                raise UserError(f"--encoder-layers {layers}, but {name} has {len(stack)} layers; "
+                                f"fix: pass a number from 1 to {len(stack)}")
+            encoder.encoder.layer = stack[:layers]
+            encoder.config.num_hidden_layers = layers
         config.setdefault("pooling", pretrained_pooling(name))
         return cls(AugmenterConfig(encoder=name, vocab_hash=vocab_hash(tok), **config), encoder, tok)
 
@@ -161,6 +173,8 @@ class QueryAugmenter(nn.Module):
             a = torch.relu(self.aug_head(pooled.unsqueeze(1)).squeeze(1)).masked_fill(self.special, 0.0)
         else:
             a = torch.zeros(input_ids.shape[0], self.config.vocab_size, dtype=hidden.dtype, device=hidden.device)
+        if self.config.aug_threshold > 0:
+            a = a * (a > self.config.aug_threshold)
         return QueryOutput(w, a)
 
     @torch.inference_mode()

@@ -40,6 +40,7 @@ class TrainConfig:
     dataset: str = "scifact"
     output_dir: str = ""
     encoder: str | None = None  # None: distilbert-base-uncased if loadable, else offline MiniLM
+    encoder_layers: int | None = None  # keep only the encoder's first N layers (a cheaper query encoder)
     epochs: int = 6
     batch_size: int = 32
     lr: float = 3e-5  # encoder
@@ -73,6 +74,7 @@ class TrainConfig:
     # Query-term weights w are at least this: 1 keeps each query term's BM25 weight as a floor, so the
     # model can raise a term but never drop it (the paper: 0). Chosen on transfer-dev sets.
     weight_floor: float = 1.0
+    aug_threshold: float = 0.0  # a(q) entries at or below this are zeroed in training and search (learned pruning)
 
     @classmethod
     def for_dataset(cls, dataset: str, **overrides) -> "TrainConfig":
@@ -82,7 +84,8 @@ class TrainConfig:
 
 
 # Values of settings added after the first release, for runs saved before they existed.
-_PREDATES = {"target": "wp", "weight_floor": 0.0, "pooling": None, "penalty_floor": 0.0, "negatives": "bm25"}
+_PREDATES = {"target": "wp", "weight_floor": 0.0, "pooling": None, "penalty_floor": 0.0, "negatives": "bm25",
+             "aug_threshold": 0.0, "encoder_layers": None}
 NEGATIVES = ("bm25", "dpr")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -183,8 +186,9 @@ class Trainer:
             self.model = QueryAugmenter.from_pretrained(last).train()
         else:
             self.model = QueryAugmenter.from_encoder(
-                config.encoder, use_weights=config.use_weights, use_augmentation=config.use_augmentation,
+                config.encoder, config.encoder_layers, use_weights=config.use_weights, use_augmentation=config.use_augmentation,
                 max_query_length=config.max_query_length, target=config.target, weight_floor=config.weight_floor,
+                aug_threshold=config.aug_threshold,
                 **({"pooling": config.pooling} if config.pooling else {}))
         self.searcher = BM25Searcher(index, config.k1, config.b, tokenizer=self.model.tokenizer, flavor=config.target)
         if self.searcher.meta.flavor != config.target:

@@ -68,3 +68,22 @@ def test_every_runtime_encodes(checkpoint):
 def test_unknown_runtime(checkpoint):
     with pytest.raises(UserError, match="unknown query encoder runtime"):
         load_encoder(checkpoint, "tensorrt")
+
+
+def test_onnx_export_keeps_threshold_and_layer_count(offline_model, tmp_path):
+    """A model trained with ``aug_threshold`` on a cut-down encoder exports as it is: the ONNX
+    encoder adds no term weighted at or below the threshold, and agrees with fp32 on the rest."""
+    from dataclasses import replace
+
+    from bm25aug.model import QueryAugmenter
+
+    small = QueryAugmenter.from_encoder(layers=2)
+    small = QueryAugmenter(replace(small.config, aug_threshold=0.3), small.encoder, small.tokenizer)
+    small.save_pretrained(tmp_path / "small")
+    fast, reference = load_encoder(tmp_path / "small", "onnx-int8"), load_encoder(tmp_path / "small", "torch-fp32")
+    query = QUERIES[1]
+    own = set(fast.target.batch([query]).terms[0])
+    got, ref = fast.encode([query])[0], reference.encode([query])[0]
+    added = {t: w for t, w in got.items() if t not in own}
+    assert added and min(added.values()) > 0.3
+    assert all(t in got for t, w in ref.items() if w >= 0.5)

@@ -79,3 +79,34 @@ def test_augmentation_gate_keeps_reweighting_only(offline_model):
     gated.config.aug_gate = n
     assert gated.encode([q])[0] == pytest.approx(offline_model.encode([q])[0])
     assert calibrate_gate(offline_model, [q] * 3, 0.99) == n
+
+
+@torch.no_grad()
+def test_aug_threshold_zeroes_small_entries_and_keeps_the_rest(offline_model):
+    """With ``aug_threshold`` τ, a(q) has no entry in (0, τ]; entries above τ are as without it."""
+    from dataclasses import replace
+
+    enc = offline_model.tokenize(["does vitamin d affect birth weight"])
+    plain = offline_model.eval()(enc["input_ids"], enc["attention_mask"]).augmentation
+    tau = float(plain[plain > 0].median())
+    pruned_model = QueryAugmenter(replace(offline_model.config, aug_threshold=tau), offline_model.encoder,
+                                  offline_model.tokenizer).eval()
+    pruned_model.load_state_dict(offline_model.state_dict())
+    pruned = pruned_model(enc["input_ids"], enc["attention_mask"]).augmentation
+    assert not bool(((pruned > 0) & (pruned <= tau)).any())
+    assert torch.equal(pruned, plain * (plain > tau))
+    assert 0 < int((pruned > 0).sum()) < int((plain > 0).sum())
+
+
+def test_encoder_layers_keeps_the_first_layers_through_save_and_load(offline_model, tmp_path):
+    small = QueryAugmenter.from_encoder(layers=2)
+    assert len(small.encoder.encoder.layer) == 2
+    for got, ref in zip(small.encoder.encoder.layer, offline_model.encoder.encoder.layer):
+        assert all(torch.equal(p, q) for p, q in zip(got.parameters(), ref.parameters()))
+    small.save_pretrained(tmp_path / "small")
+    loaded = QueryAugmenter.from_pretrained(tmp_path / "small")
+    assert len(loaded.encoder.encoder.layer) == 2
+    q = ["does vitamin d affect birth weight"]
+    assert loaded.encode(q)[0] == pytest.approx(small.eval().encode(q)[0], rel=1e-5)
+    with pytest.raises(UserError, match="fix: pass a number from 1 to 6"):
+        QueryAugmenter.from_encoder(layers=7)
