@@ -33,6 +33,15 @@ LEVERS: dict[str, list[str]] = {
     "flat, w floor 1, a threshold 0.2": ["--target", "flat", "--weight-floor", "1", "--aug-threshold", "0.2"],
     "flat, w floor 1, 3 encoder layers": ["--target", "flat", "--weight-floor", "1", "--encoder-layers", "3"],
     "flat, w floor 1, 2 encoder layers": ["--target", "flat", "--weight-floor", "1", "--encoder-layers", "2"],
+    "flat, w floor 1, 1 encoder layer": ["--target", "flat", "--weight-floor", "1", "--encoder-layers", "1"],
+    "flat, w floor 1, 2 encoder layers, a threshold 0.1": ["--target", "flat", "--weight-floor", "1",
+                                                           "--encoder-layers", "2", "--aug-threshold", "0.1"],
+    "flat, w floor 1, 800 pseudo-queries": ["--target", "flat", "--weight-floor", "1", "--pseudo-queries", "800"],
+    "flat, w floor 1, 3000 pseudo-queries": ["--target", "flat", "--weight-floor", "1", "--pseudo-queries", "3000"],
+    # Seed 14 (its own dev slice, so compare these two with each other only).
+    "flat, w floor 1 (the default), seed 14": ["--target", "flat", "--weight-floor", "1", "--seed", "14"],
+    "flat, w floor 1, 2 encoder layers, seed 14": ["--target", "flat", "--weight-floor", "1", "--encoder-layers", "2",
+                                                   "--seed", "14"],
 }
 TRANSFER_SPLIT = {"nfcorpus": "dev", "scifact": "train", "squad": "train"}  # never the test split
 

@@ -136,9 +136,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", help="default: checkpoints/<dataset>")
     p.add_argument("--encoder", help="HF model name or path (default: distilbert-base-uncased, else offline MiniLM)")
     for name, typ in (("epochs", int), ("batch_size", int), ("lr", float), ("head_lr", float), ("lam", float),
-                      ("hard_negatives", int), ("negative_depth", int), ("encoder_layers", int), ("seed", int), ("dev_size", int),
-                      ("weight_floor", float), ("penalty_floor", float), ("aug_threshold", float)):
+                      ("hard_negatives", int), ("negative_depth", int), ("seed", int), ("dev_size", int),
+                      ("weight_floor", float), ("penalty_floor", float)):
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=typ, help="default: the dataset's preset")
+    p.add_argument("--aug-threshold", type=float, help="zero a(q) entries at or below this, in training and search "
+                                                       "alike (learned pruning; default 0)")
+    p.add_argument("--encoder-layers", type=int, help="keep only the encoder's first N layers (a cheaper query "
+                                                      "encoder; default: all)")
+    p.add_argument("--pseudo-queries", type=int, help="add N pseudo-queries cut from the corpus (one sentence each, "
+                                                      "its document the positive) to the training queries; default 0")
     p.add_argument("--target", choices=["wp", "flat"],
                    help="the index the model serves: wp (WordPiece, the paper's) or flat (Lucene's English "
                         "analyzer, Pyserini's stock BEIR/MS MARCO indexes); default: the dataset's preset")

@@ -29,6 +29,7 @@ from bm25aug.evaluation import evaluate_split, has_answer
 from bm25aug.export import encode_queries
 from bm25aug.io import atomic_dir, atomic_write_bytes, write_json, write_jsonl
 from bm25aug.model import CONFIG_NAME, QueryAugmenter
+from bm25aug.pseudo import with_pseudo_queries
 from bm25aug.search import BM25Searcher, mean_added_terms, parallel_map
 from bm25aug.torch_bm25 import BM25Params, TorchBM25
 
@@ -55,6 +56,7 @@ class TrainConfig:
     use_augmentation: bool = True  # ablation: a ≡ 0 (reweighting only)
     bag_of_words: bool = False  # ablation: score with bow(d), no idf or tf saturation
     hard_negatives: int = 1  # per query per step
+    pseudo_queries: int = 0  # add N pseudo-queries cut from the corpus to the training queries (bm25aug.pseudo)
     negative_depth: int = 30  # mined from the top of BM25 on the target's index, judged positives excluded
     # Where hard negatives come from: "bm25" (mined from our own index, as the paper does) or "dpr"
     # (the training JSON's hard_negative_ctxs).
@@ -85,7 +87,8 @@ class TrainConfig:
 
 # Values of settings added after the first release, for runs saved before they existed.
 _PREDATES = {"target": "wp", "weight_floor": 0.0, "pooling": None, "penalty_floor": 0.0, "negatives": "bm25",
-             "aug_threshold": 0.0, "encoder_layers": None}
+             "aug_threshold": 0.0, "encoder_layers": None,
+             "pseudo_queries": 0}
 NEGATIVES = ("bm25", "dpr")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -203,6 +206,8 @@ class Trainer:
         self.model.to(self.device)
         self.loss.to(self.device)
         train, self.dev, dev_how = dataset.train_dev(config.dev_size, config.seed)
+        if config.pseudo_queries:
+            train = with_pseudo_queries(train, dataset.corpus, config.pseudo_queries, config.seed)
         write_json(self.out / "dev_split.json", {"how": dev_how, "qids": sorted(self.dev.queries)})
         negatives = self._negatives(train)
         self.examples = build_examples(train, negatives, self.bm25)
