@@ -2,6 +2,7 @@
 and bm25s as the speed peer, with every latency as a ratio to the floor.
 
     python benchmarks/bench_search.py --dataset scifact --checkpoint checkpoints/scifact [--json-out F]
+        [--compare runs/levers/scifact/flat__w_floor_1__2_encoder_layers]
 
 * floor: the wp query's Lucene query built from its term list, then ``IndexSearcher.search`` for
   k hits; the TopDocs stay in Java (no hit is read into Python).
@@ -9,6 +10,8 @@ and bm25s as the speed peer, with every latency as a ratio to the floor.
   scores, external ids), query text in; augmented (on the index of the model's target) includes
   encoding the query.
 * encode: the model alone, ONNX int8 (what search uses) and torch int8 (the previous default).
+* ``--compare CHECKPOINT``: that model's augmented search and ONNX encode too, in the same run
+  (e.g. one trained with ``--encoder-layers 2``, against the default's torch int8 encode).
 * p50 and p95 on one thread; QPS of ``batch_search`` on 1 and 2 threads (encoding included).
 * bm25s (``pip install -e '.[bench]'``): its own tokenizer and index over the same texts, k hits,
   one query at a time (p50) and as one batch (QPS). Skipped with a note when not installed.
@@ -74,7 +77,7 @@ def bm25s_peer(dataset, queries: list[str], k: int) -> dict | None:
             "qps": len(queries) / (time.perf_counter() - start)}
 
 
-def run(dataset_name: str, checkpoint: Path, split: str | None, k: int) -> dict:
+def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare: Path | None = None) -> dict:
     import torch
 
     torch.set_num_threads(1)
@@ -88,15 +91,23 @@ def run(dataset_name: str, checkpoint: Path, split: str | None, k: int) -> dict:
     term_lists = [wp.query_terms(q) for q in queries]
 
     torch_int8 = load_encoder(checkpoint, "torch-int8")
-    rows = interleaved_latencies({
+    paths = {
         "floor": (lambda t: index.searcher.search(index.weighted_query(t), k), term_lists),
         "bm25-flat": (lambda q: flat.search_arrays(q, k), queries),
         "bm25-wp": (lambda q: wp.search_arrays(q, k), queries),
         "augmented": (lambda q: augmented.search_arrays(q, k), queries),
         "encode (onnx int8)": (lambda q: augmented.model.encode([q]), queries),
         "encode (torch int8)": (lambda q: torch_int8.encode([q]), queries),
-    })
+    }
     batch = {name: s for name, s in (("bm25-flat", flat), ("bm25-wp", wp), ("augmented", augmented))}
+    label = (compare.parent.name if compare.name == "best" else compare.name) if compare else ""
+    if compare:
+        other = load_encoder(compare, "onnx-int8")
+        other_search = AugmentedSearcher(other, flat if other.config.target == "flat" else wp)
+        paths[f"augmented ({label})"] = (lambda q: other_search.search_arrays(q, k), queries)
+        paths[f"encode (onnx int8, {label})"] = (lambda q: other.encode([q]), queries)
+        batch[f"augmented ({label})"] = other_search
+    rows = interleaved_latencies(paths)
     rates = {(name, t): qps(lambda q, i, n, s=s: s.batch_search(q, i, k, threads=n), queries, t)
              for name, s in batch.items() for t in (1, 2)}
     peer = bm25s_peer(dataset, queries, k) if dataset_name == "scifact" else None
@@ -119,9 +130,17 @@ def run(dataset_name: str, checkpoint: Path, split: str | None, k: int) -> dict:
         "encode_torch_int8_p50_ms": p50["encode (torch int8)"],
         **{f"{key}_p95_ms": float(np.percentile(rows[name], 95)) for key, name in
            (("floor", "floor"), ("bm25_flat", "bm25-flat"), ("bm25_wp", "bm25-wp"), ("augmented", "augmented"))},
-        **{f"qps_{name.replace('-', '_')}_{t}t": rate for (name, t), rate in rates.items()},
+        **{f"qps_{name.replace('-', '_')}_{t}t": rate for (name, t), rate in rates.items() if "(" not in name},
         "bm25s_qps": peer["qps"] if peer else None, "bm25s_p50_ms": peer["p50"] if peer else None,
+        **({"compare": str(compare), "compare_augmented_p50_ms": p50[f"augmented ({label})"],
+            "compare_encode_p50_ms": p50[f"encode (onnx int8, {label})"],
+            **{f"compare_qps_augmented_{t}t": rates[(f"augmented ({label})", t)] for t in (1, 2)}} if compare else {}),
     }
+
+
+def best_of(checkpoint: Path) -> Path:
+    """A train.py output dir's selected model (``best/``), or a model dir as it is."""
+    return checkpoint / "best" if (checkpoint / "best").is_dir() else checkpoint
 
 
 def main() -> None:
@@ -131,10 +150,10 @@ def main() -> None:
     p.add_argument("--split")
     p.add_argument("--k", type=int, default=1000)
     p.add_argument("--json-out", help="one JSON object per dataset, in a list")
+    p.add_argument("--compare", help="another checkpoint whose augmented search and encoder join the same run")
     args = p.parse_args()
-    checkpoint = Path(args.checkpoint)
-    checkpoint = checkpoint / "best" if (checkpoint / "best").is_dir() else checkpoint
-    results = [run(name, checkpoint, args.split, args.k) for name in args.dataset]
+    checkpoint, compare = (best_of(Path(c)) if c else None for c in (args.checkpoint, args.compare))
+    results = [run(name, checkpoint, args.split, args.k, compare) for name in args.dataset]
     if args.json_out:
         write_json(args.json_out, results)
 

@@ -143,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "alike (learned pruning; default 0)")
     p.add_argument("--encoder-layers", type=int, help="keep only the encoder's first N layers (a cheaper query "
                                                       "encoder; default: all)")
+    p.add_argument("--gate-quantile", type=float, help="after training, use a(q) only for queries with at most this "
+                                                       "quantile of the training queries' non-zero counts (0: no gate)")
     p.add_argument("--pseudo-queries", type=int, help="add N pseudo-queries cut from the corpus (one sentence each, "
                                                       "its document the positive) to the training queries; default 0")
     p.add_argument("--target", choices=["wp", "flat"],

@@ -1,0 +1,72 @@
+"""How the augmentation gate's quantile trades in-domain gains for fewer guessed terms elsewhere,
+chosen on dev sets only.
+
+    python benchmarks/gate.py --checkpoint checkpoints/scifact [--quantiles 0.9 0.95 0.99 1.0]
+
+The gate (``bm25aug.targets``) keeps a(q) only for queries where it has at most ``aug_gate``
+non-zero entries, ``aug_gate`` being a quantile of the training queries' counts
+(``train.py``'s ``gate_quantile``, 0.99 by default). For each quantile this recomputes the gate
+from the run's own training queries and reports: nDCG@10 and added terms on the run's dev slice
+(the one it was selected on) and on the other sets' non-test splits (``TRANSFER``: SciFact
+train, NFCorpus dev, the first 1,000 SQuAD train questions). ``eval.py --aug-gate N`` applies a gate at search time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from bm25aug.data import Split, load_dataset
+from bm25aug.experiment import METHODS, EvalConfig, run_method
+from bm25aug.model import QueryAugmenter
+from bm25aug.training import calibrate_gate
+
+# Where the model is scored out of domain: (split, first N queries); never a test split.
+TRANSFER = {"scifact": ("train", None), "nfcorpus": ("dev", None), "squad": ("train", 1000)}
+
+
+def subset(split: Split, qids: list[str]) -> Split:
+    return Split({q: split.queries[q] for q in qids}, {q: split.qrels.get(q, {}) for q in qids},
+                 {q: split.answers[q] for q in qids if q in split.answers})
+
+
+def dev_slice(run: Path) -> tuple[object, Split, list[str]]:
+    """The run's source dataset, its dev slice, and its training queries (from its config.json)."""
+    config = json.loads((run / "config.json").read_text())
+    dataset = load_dataset(config["dataset"])
+    train, dev, _ = dataset.train_dev(config["dev_size"], config["seed"])
+    return dataset, dev, list(train.queries.values())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--checkpoint", default="checkpoints/scifact", help="a train.py output dir")
+    p.add_argument("--quantiles", type=float, nargs="+", default=[0.9, 0.95, 0.99, 1.0])
+    args = p.parse_args()
+    run = Path(args.checkpoint)
+    model = QueryAugmenter.from_pretrained(run / "best")
+    source, dev, train_queries = dev_slice(run)
+    gates = {q: calibrate_gate(model, train_queries, q) for q in args.quantiles}
+    sets = [(source, dev, f"{source.name} dev slice")]
+    for name, (split_name, first) in TRANSFER.items():
+        if name != source.name:
+            dataset = load_dataset(name)
+            split = dataset.split(split_name)
+            sets.append((dataset, subset(split, list(split.queries)[:first]) if first else split,
+                         f"{name} {split_name}" + (f"[:{first}]" if first else "")))
+    metric = {d.name: "acc@5" if d.is_qa else "ndcg@10" for d, _, _ in sets}
+    header = " | ".join(f"{where} {metric[d.name]} (added terms)" for d, _, where in sets)
+    print(f"| quantile | gate | {header} |\n|---|---|{'---|' * len(sets)}")
+    for q, gate in gates.items():
+        cells = []
+        for dataset, split, _ in sets:
+            config = EvalConfig(dataset=dataset.name, method="augmented", aug_gate=gate, companions=False)
+            metrics, _ = run_method(METHODS["augmented"], config, dataset, split, 100 if dataset.is_qa else 1000,
+                                    run / "best")
+            cells.append(f"{metrics[metric[dataset.name]]:.4f} ({metrics['aug_terms_mean']:.1f})")
+        print(f"| {q} | {gate} | {' | '.join(cells)} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
