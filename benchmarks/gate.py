@@ -5,8 +5,9 @@ chosen on dev sets only.
 
 The gate (``bm25aug.targets``) keeps a(q) only for queries where it has at most ``aug_gate``
 non-zero entries, ``aug_gate`` being a quantile of the training queries' counts
-(``train.py``'s ``gate_quantile``, 0.99 by default). For each quantile this recomputes the gate
-from the run's own training queries and reports: nDCG@10 and added terms on the run's dev slice
+(``train.py``'s ``gate_quantile``, 0.95 by default). For each quantile this recomputes the gate
+from the run's own training queries and reports: nDCG@10 (Acc@5 for QA sets), added terms and
+added-term precision by weight (qrels sets) on the run's dev slice
 (the one it was selected on) and on the other sets' non-test splits (``TRANSFER``: SciFact
 train, NFCorpus dev, the first 1,000 SQuAD train questions). ``eval.py --aug-gate N`` applies a gate at search time.
 """
@@ -56,7 +57,8 @@ def main() -> None:
             sets.append((dataset, subset(split, list(split.queries)[:first]) if first else split,
                          f"{name} {split_name}" + (f"[:{first}]" if first else "")))
     metric = {d.name: "acc@5" if d.is_qa else "ndcg@10" for d, _, _ in sets}
-    header = " | ".join(f"{where} {metric[d.name]} (added terms)" for d, _, where in sets)
+    header = " | ".join(f"{where} {metric[d.name]} (added terms{'' if d.is_qa else ', precision'})"
+                        for d, _, where in sets)
     print(f"| quantile | gate | {header} |\n|---|---|{'---|' * len(sets)}")
     for q, gate in gates.items():
         cells = []
@@ -64,7 +66,8 @@ def main() -> None:
             config = EvalConfig(dataset=dataset.name, method="augmented", aug_gate=gate, companions=False)
             metrics, _ = run_method(METHODS["augmented"], config, dataset, split, 100 if dataset.is_qa else 1000,
                                     run / "best")
-            cells.append(f"{metrics[metric[dataset.name]]:.4f} ({metrics['aug_terms_mean']:.1f})")
+            precision = f", {metrics['added_precision_weight']:.2f}" if "added_precision_weight" in metrics else ""
+            cells.append(f"{metrics[metric[dataset.name]]:.4f} ({metrics['aug_terms_mean']:.1f}{precision})")
         print(f"| {q} | {gate} | {' | '.join(cells)} |", flush=True)
 
 
