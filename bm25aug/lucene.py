@@ -235,7 +235,8 @@ class LuceneIndex:
             self.j.search_warm = True
         if pairs is None:
             pairs = self.j.search.invokeWithArguments(args)
-        pairs = np.frombuffer(bytes(pairs), dtype=_PAIRS)
+        # ByteArray.tostring() copies pyjnius's buffer in one go; bytes(pairs) iterates it (~0.2 ms a query).
+        pairs = np.frombuffer(pairs.tostring(), dtype=_PAIRS)
         return pairs["doc"].astype(np.int64), pairs["score"].astype(np.float32)
 
     def search(self, query, k: int) -> TopK:
