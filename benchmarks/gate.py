@@ -18,7 +18,8 @@ import argparse
 import json
 from pathlib import Path
 
-from bm25aug.data import Split, load_dataset
+from bm25aug.data import Dataset, Split, load_dataset
+from bm25aug.errors import UserError
 from bm25aug.experiment import METHODS, EvalConfig, run_method
 from bm25aug.model import QueryAugmenter
 from bm25aug.training import calibrate_gate
@@ -32,7 +33,7 @@ def subset(split: Split, qids: list[str]) -> Split:
                  {q: split.answers[q] for q in qids if q in split.answers})
 
 
-def dev_slice(run: Path) -> tuple[object, Split, list[str]]:
+def dev_slice(run: Path) -> tuple[Dataset, Split, list[str]]:
     """The run's source dataset, its dev slice, and its training queries (from its config.json)."""
     config = json.loads((run / "config.json").read_text())
     dataset = load_dataset(config["dataset"])
@@ -45,10 +46,20 @@ def main() -> None:
     p.add_argument("--checkpoint", default="checkpoints/scifact", help="a train.py output dir")
     p.add_argument("--quantiles", type=float, nargs="+", default=[0.9, 0.95, 0.99, 1.0])
     args = p.parse_args()
-    run = Path(args.checkpoint)
+    try:
+        sweep(Path(args.checkpoint), args.quantiles)
+    except UserError as e:  # e.g. no such run, or no ../shared/data: one line, as the CLI prints it
+        raise SystemExit(f"error: {e}") from None
+
+
+def sweep(run: Path, quantiles: list[float]) -> None:
+    """Print one table row per quantile (see the module docstring)."""
+    if not (run / "config.json").exists():
+        raise UserError(f"{run} is not a train.py output directory (no config.json); fix: pass one, "
+                        f"e.g. checkpoints/scifact")
     model = QueryAugmenter.from_pretrained(run / "best")
     source, dev, train_queries = dev_slice(run)
-    gates = {q: calibrate_gate(model, train_queries, q) for q in args.quantiles}
+    gates = {q: calibrate_gate(model, train_queries, q) for q in quantiles}
     sets = [(source, dev, f"{source.name} dev slice")]
     for name, (split_name, first) in TRANSFER.items():
         if name != source.name:
