@@ -79,6 +79,7 @@ def source_dev_precision(ckpt: Path, source: str) -> float:
         from bm25aug.data import Split, load_dataset
         from bm25aug.evaluation import added_term_precision
         from bm25aug.index import ensure_index
+        from bm25aug.io import write_json
         from bm25aug.model import QueryAugmenter
         from bm25aug.search import AugmentedSearcher
 
@@ -89,7 +90,7 @@ def source_dev_precision(ckpt: Path, source: str) -> float:
         target = QueryAugmenter.from_pretrained(ckpt / "best").config.target
         searcher = AugmentedSearcher.from_pretrained(ckpt / "best", ensure_index(dataset, target))
         term_lists = dict(zip(qids, searcher.term_lists([dev.queries[q] for q in qids])))
-        cache.write_text(json.dumps(added_term_precision(searcher.searcher, term_lists, dev)))
+        write_json(cache, added_term_precision(searcher.searcher, term_lists, dev))
     return json.loads(cache.read_text())["added_precision_weight"]
 
 
