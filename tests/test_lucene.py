@@ -55,6 +55,32 @@ def test_score_rounding_matches_anserini_on_handmade_ties():
     assert got.dtype == np.float32 and np.allclose(got, expected, rtol=0, atol=2e-7)
 
 
+def _ties_adjusted_one_by_one(raw: np.ndarray) -> np.ndarray:
+    """Anserini's ScoreTiesAdjusterReranker as written: every hit, in order, in float32."""
+    scores = (np.floor(raw.astype(np.float64) * 10000.0 + 0.5) / 10000.0).astype(np.float32)
+    dup = 0
+    for i in range(1, scores.size):
+        if scores[i - 1] - scores[i] > np.float32(1e-4):
+            dup = 0
+        else:
+            dup += 1
+            scores[i] = scores[i] - np.float32(1e-6) * np.float32(dup)
+    return scores
+
+
+def test_score_rounding_skips_only_hits_that_cannot_tie():
+    """``anserini_scores`` visits only candidate ties; on long runs of equal and 1e-4-apart
+    scores (runs past 100, where a 2e-4 gap still ties) it equals the hit-by-hit loop."""
+    rng = np.random.default_rng(0)
+    for n in (2, 10, 300, 1016, 3000):
+        for _ in range(20):
+            # Runs of ~100 scores 0 or 1e-4 apart, then a step of 2e-4, 3e-4 or 5e-3.
+            inside = rng.choice([0, 0, 0, 0, 1], size=n)
+            steps = np.where(rng.random(n) < 0.01, rng.choice([2, 3, 50], size=n), inside) * 1e-4
+            raw = np.float32(rng.uniform(0.5, 30.0) - np.cumsum(steps + rng.uniform(0, 2e-6, size=n)))
+            assert np.array_equal(anserini_scores(raw), _ties_adjusted_one_by_one(raw))
+
+
 @pytest.mark.parametrize("flavor", ["wp", "flat"])
 def test_scifact_every_hit_equals_pyserini(scifact, scifact_wp, flavor):
     """All 300 test queries, 1000 hits each: identical (docid, score) lists."""
