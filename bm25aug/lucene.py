@@ -163,7 +163,7 @@ def anserini_scores(raw: np.ndarray) -> np.ndarray:
     # slack) + dup·1e-6, dup being the run's length so far; elsewhere the previous score, lowered
     # by dup·1e-6, is still more than 1e-4 above. dup is at most the number of scores, and at most
     # the length of the run of such candidates just before i: two supersets of the ties, the
-    # second about a third of the first at k=1000, so the loop below visits only those.
+    # second much the smaller at k=1000, so the loop below visits only those.
     reach = np.float32(2e-4)
     candidate = gaps <= reach + eps * np.float32(scores.size)
     before = np.concatenate(([0], _run_lengths(candidate)[:-1])).astype(np.float32)

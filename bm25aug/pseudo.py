@@ -4,7 +4,8 @@ A small set such as SciFact has a few hundred judged queries, so the model sees 
 which terms travel together in its domain. A pseudo-query is one sentence of a sampled document,
 and its positive is that document (Contriever's cropping idea, kept to what BM25 can score: the
 positive must be a document of the index). The ranking loss then rewards added terms found in the
-rest of the document, and only the corpus is read, never a judgment.
+rest of the document, and only the corpus is read, never a judgment (documents judged for dev or
+test queries may be sampled, as in any unsupervised adaptation to the target corpus).
 """
 
 from __future__ import annotations

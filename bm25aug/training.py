@@ -53,7 +53,7 @@ class TrainConfig:
     penalty_floor: float = 0.0  # the L1 penalty of a term is at least this (rare terms are otherwise nearly free)
     # After training, gate a(q) at this quantile of the training queries' non-zero counts (0: off);
     # 0.95 rather than 0.99 leaves dev scores as they were and cuts the terms guessed on other
-    # sets' dev queries by 3-10x (benchmarks/gate.py, README "Targets").
+    # sets' dev queries by 2-13x (benchmarks/gate.py, README "Targets").
     gate_quantile: float = 0.95
     use_weights: bool = True  # ablation: w ≡ 1
     use_augmentation: bool = True  # ablation: a ≡ 0 (reweighting only)
@@ -90,8 +90,7 @@ class TrainConfig:
 
 # Values of settings added after the first release, for runs saved before they existed.
 _PREDATES = {"target": "wp", "weight_floor": 0.0, "pooling": None, "penalty_floor": 0.0, "negatives": "bm25",
-             "aug_threshold": 0.0, "encoder_layers": None,
-             "pseudo_queries": 0}
+             "aug_threshold": 0.0, "encoder_layers": None, "pseudo_queries": 0}
 NEGATIVES = ("bm25", "dpr")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -192,9 +191,9 @@ class Trainer:
             self.model = QueryAugmenter.from_pretrained(last).train()
         else:
             self.model = QueryAugmenter.from_encoder(
-                config.encoder, config.encoder_layers, use_weights=config.use_weights, use_augmentation=config.use_augmentation,
-                max_query_length=config.max_query_length, target=config.target, weight_floor=config.weight_floor,
-                aug_threshold=config.aug_threshold,
+                config.encoder, config.encoder_layers, use_weights=config.use_weights,
+                use_augmentation=config.use_augmentation, max_query_length=config.max_query_length,
+                target=config.target, weight_floor=config.weight_floor, aug_threshold=config.aug_threshold,
                 **({"pooling": config.pooling} if config.pooling else {}))
         self.searcher = BM25Searcher(index, config.k1, config.b, tokenizer=self.model.tokenizer, flavor=config.target)
         if self.searcher.meta.flavor != config.target:
