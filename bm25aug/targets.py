@@ -52,19 +52,22 @@ class Target:
 
     def __init__(self, tokenizer, config):
         """``config``: the model's ``AugmenterConfig`` (window, weight floor, augmentation gate)."""
+        from bm25aug.tokenization import window_tokenizer
+
         self.tokenizer, self.config, self.max_length = tokenizer, config, config.max_query_length
+        self.window = window_tokenizer(tokenizer, self.max_length)  # what the encoder reads of a query
         self.floor = np.float32(config.weight_floor)
         self.special = np.zeros(len(tokenizer), dtype=bool)
         self.special[tokenizer.all_special_ids] = True
 
     def batch(self, queries: list[str]) -> QueryBatch:
-        enc = self.tokenizer(queries, padding=True, truncation=True, max_length=self.max_length,
-                             return_tensors="np", return_offsets_mapping=True)
-        ids, mask = enc["input_ids"].astype(np.int64), enc["attention_mask"].astype(np.int64)
+        encodings = self.window.encode_batch(queries)
+        ids = np.array([e.ids for e in encodings], np.int64)
+        mask = np.array([e.attention_mask for e in encodings], np.int64)
         real = (mask > 0) & ~self.special[ids]
         terms, spans = [], []
         for i, query in enumerate(queries):
-            t, s = self.occurrences(query, enc["offset_mapping"][i], real[i])
+            t, s = self.occurrences(query, np.array(encodings[i].offsets, np.int64), real[i])
             terms.append(t)
             spans.append(s)
         return QueryBatch(ids, mask, terms, spans, real.any(axis=1))
@@ -197,7 +200,8 @@ class FlatTarget(Target):
 
         super().__init__(tokenizer, config)
         self.map = flat_map(tokenizer)
-        self.csr = self.map.matrix()  # vocabulary x distinct flat terms
+        self.term_of = np.full(self.map.vocab_size, -1, np.int64)  # vocabulary id -> flat term id (-1: none)
+        self.term_of[self.map.vocab_ids] = self.map.term_ids
 
     def occurrences(self, query, offsets, real):
         from bm25aug.analysis import analyze_with_offsets
@@ -211,9 +215,18 @@ class FlatTarget(Target):
         return terms, spans
 
     def added(self, a):
-        a_flat = self.csr.T @ a.astype(np.float32)
-        ids = np.flatnonzero(a_flat > 0)
-        return dict(zip((self.map.terms[i] for i in ids.tolist()), a_flat[ids].astype(np.float32)))
+        # Only a(q)'s few non-zero entries are read: each sums into its flat term in vocabulary
+        # order, in float32, the sum the map's 0/1 matrix would give (a test checks).
+        ids = np.flatnonzero(a > 0)
+        ids = ids[self.term_of[ids] >= 0]
+        if not ids.size:
+            return {}
+        terms = self.term_of[ids]
+        a_flat = np.zeros(len(self.map.terms), np.float32)
+        np.add.at(a_flat, terms, a[ids].astype(np.float32))
+        hit = np.unique(terms)
+        hit = hit[a_flat[hit] > 0]
+        return dict(zip((self.map.terms[i] for i in hit.tolist()), a_flat[hit]))
 
     def columns(self, bm25) -> ColumnMap:
         m = self.map.matrix(bm25.columns).T.tocoo()

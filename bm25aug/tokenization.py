@@ -120,6 +120,20 @@ def untruncated(tokenizer):
     return backend
 
 
+def window_tokenizer(tokenizer, max_length: int):
+    """A private copy of the Rust tokenizer that truncates to ``max_length`` and pads to the
+    longest text, as ``tokenizer(texts, padding=True, truncation=True, max_length=max_length)``
+    does, without that call's Python work per call (about as much as the encoding itself) or its
+    changes to the backend it shares with everything else (``untruncated``), so threads may use it."""
+    from tokenizers import Tokenizer
+
+    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    backend.enable_truncation(max_length)
+    backend.enable_padding(pad_id=tokenizer.pad_token_id, pad_type_id=tokenizer.pad_token_type_id,
+                           pad_token=tokenizer.pad_token)
+    return backend
+
+
 def query_term_counts(tokenizer, query: str) -> Counter:
     """WordPiece query terms with their counts; special tokens such as [UNK] match nothing useful."""
     specials = special_tokens(tokenizer)

@@ -22,6 +22,25 @@ def test_flat_map_analyzes_whole_words_only(flat_model):
     assert flat_model.target.added(a) == {"cat": 0.75}  # entries that stem alike add up
 
 
+def test_added_terms_sum_a_through_the_map_in_float32(flat_model):
+    """``FlatTarget.added`` reads only a(q)'s non-zero entries; it equals the map's 0/1 matrix
+    times a, bit for bit, stemming merges included."""
+    target = flat_model.target
+    matrix = target.map.matrix()
+    rng = np.random.default_rng(0)
+    merged = np.flatnonzero(np.bincount(target.map.term_ids) > 1)  # terms several entries reach
+    merging = np.flatnonzero(np.isin(target.term_of, merged[:50]))
+    for _ in range(50):
+        a = np.zeros(target.map.vocab_size, np.float32)
+        picks = np.concatenate([rng.choice(merging, 20), rng.integers(0, a.size, 30)])
+        a[picks] = rng.uniform(0, 3, picks.size).astype(np.float32)
+        dense = matrix.T @ a
+        expected = {target.map.terms[t]: dense[t] for t in np.flatnonzero(dense > 0)}
+        got = target.added(a)
+        assert list(got) == list(expected) and all(got[t] == expected[t] for t in got)
+    assert target.added(np.zeros(target.map.vocab_size, np.float32)) == {}
+
+
 def test_flat_query_terms_are_lucenes_analysis_with_counts(flat_model, scifact_flat):
     from bm25aug.search import BM25Searcher
 

@@ -110,3 +110,24 @@ def test_encoder_layers_keeps_the_first_layers_through_save_and_load(offline_mod
     assert loaded.encode(q)[0] == pytest.approx(small.eval().encode(q)[0], rel=1e-5)
     with pytest.raises(UserError, match="fix: pass a number from 1 to 6"):
         QueryAugmenter.from_encoder(layers=7)
+
+
+@pytest.mark.parametrize("which", ["offline_model", "flat_model"])
+def test_query_window_equals_the_hf_tokenizer_call(which, request):
+    """Search tokenizes queries with a private, pre-configured Rust tokenizer; ids, mask and
+    offsets equal ``tokenizer(..., padding=True, truncation=True, max_length=64)``."""
+    import numpy as np
+
+    model = request.getfixturevalue(which)
+    queries = ["cat cat dog \u2603", "ALDH1 expression is associated with poorer prognosis in breast cancer",
+               " ".join(["word"] * 90) + " tail", "emoji \U0001F600 then café", "", "a"]
+    for batch in (queries, queries[:1], queries[2:3]):
+        ours = model.target.batch(batch)
+        theirs = model.tokenizer(batch, padding=True, truncation=True, max_length=model.config.max_query_length,
+                                 return_tensors="np", return_offsets_mapping=True)
+        assert np.array_equal(ours.input_ids, theirs["input_ids"])
+        assert np.array_equal(ours.attention_mask, theirs["attention_mask"])
+        for i, query in enumerate(batch):  # the same offsets give the same occurrences
+            expected = model.target.occurrences(query, theirs["offset_mapping"][i],
+                                                (theirs["attention_mask"][i] > 0) & ~model.target.special[theirs["input_ids"][i]])
+            assert (ours.terms[i], ours.spans[i]) == expected
