@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from bm25aug.data import load_dataset
+from bm25aug.errors import UserError
+from bm25aug.experiment import resolve_checkpoint
 from bm25aug.fast_encoder import load_encoder
 from bm25aug.index import ensure_index
 from bm25aug.io import write_json
@@ -138,11 +140,6 @@ def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare:
     }
 
 
-def best_of(checkpoint: Path) -> Path:
-    """A train.py output dir's selected model (``best/``), or a model dir as it is."""
-    return checkpoint / "best" if (checkpoint / "best").is_dir() else checkpoint
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", nargs="+", default=["scifact"])
@@ -152,8 +149,12 @@ def main() -> None:
     p.add_argument("--json-out", help="one JSON object per dataset, in a list")
     p.add_argument("--compare", help="another checkpoint whose augmented search and encoder join the same run")
     args = p.parse_args()
-    checkpoint, compare = (best_of(Path(c)) if c else None for c in (args.checkpoint, args.compare))
-    results = [run(name, checkpoint, args.split, args.k, compare) for name in args.dataset]
+    try:
+        checkpoint, compare = (resolve_checkpoint(c, args.dataset[0], False) if c else None
+                               for c in (args.checkpoint, args.compare))
+        results = [run(name, checkpoint, args.split, args.k, compare) for name in args.dataset]
+    except UserError as e:  # e.g. no such model, or no ../shared/data: one line, as the CLI prints it
+        raise SystemExit(f"error: {e}") from None
     if args.json_out:
         write_json(args.json_out, results)
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from bm25aug.data import load_dataset
 from bm25aug.errors import UserError
+from bm25aug.experiment import resolve_checkpoint
 from bm25aug.fast_encoder import load_encoder
 
 
@@ -70,9 +71,8 @@ def main() -> None:
     p.add_argument("--split")
     p.add_argument("--top", type=int, default=12, help="operators to list")
     args = p.parse_args()
-    checkpoint = Path(args.checkpoint)
-    checkpoint = checkpoint / "best" if (checkpoint / "best").is_dir() else checkpoint
     try:
+        checkpoint = resolve_checkpoint(args.checkpoint, args.dataset, False)
         encoder = load_encoder(checkpoint, "onnx-int8")
         dataset = load_dataset(args.dataset)
     except UserError as e:  # one line, as the CLI prints it

@@ -7,9 +7,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from bm25aug.data import load_dataset
+from bm25aug.experiment import resolve_checkpoint
 from bm25aug.index import ensure_index
 from bm25aug.search import AugmentedSearcher, BM25Searcher
 
@@ -27,8 +27,7 @@ def main() -> None:
     searchers = {"bm25-flat": BM25Searcher(ensure_index(dataset, "flat")),
                  "bm25-wp": BM25Searcher(ensure_index(dataset, "wp"))}
     if args.checkpoint:
-        checkpoint = Path(args.checkpoint)
-        checkpoint = checkpoint / "best" if (checkpoint / "best").is_dir() else checkpoint
+        checkpoint = resolve_checkpoint(args.checkpoint, args.dataset, False)
         searchers["augmented"] = AugmentedSearcher.from_pretrained(checkpoint, searchers["bm25-wp"].index_dir)
     failed = False
     for name, searcher in searchers.items():

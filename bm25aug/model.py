@@ -140,8 +140,9 @@ class QueryAugmenter(nn.Module):
         return cls(AugmenterConfig(encoder=name, vocab_hash=vocab_hash(tok), **config), encoder, tok)
 
     def tokenize(self, queries: list[str]) -> dict[str, torch.Tensor]:
-        return self.tokenizer(queries, padding=True, truncation=True, max_length=self.config.max_query_length,
-                              return_tensors="pt")
+        """The encoder's input for ``queries`` (the target's window: ``max_query_length`` tokens)."""
+        ids, mask, _ = self.target.encode_window(queries)
+        return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
 
     @property
     def target(self):

@@ -60,10 +60,15 @@ class Target:
         self.special = np.zeros(len(tokenizer), dtype=bool)
         self.special[tokenizer.all_special_ids] = True
 
-    def batch(self, queries: list[str]) -> QueryBatch:
+    def encode_window(self, queries: list[str]) -> tuple[np.ndarray, np.ndarray, list]:
+        """What the encoder reads of each query: ids and mask (B x L, padded to the longest), and
+        the Rust encodings (their ``offsets``)."""
         encodings = self.window.encode_batch(queries)
-        ids = np.array([e.ids for e in encodings], np.int64)
-        mask = np.array([e.attention_mask for e in encodings], np.int64)
+        return (np.array([e.ids for e in encodings], np.int64),
+                np.array([e.attention_mask for e in encodings], np.int64), encodings)
+
+    def batch(self, queries: list[str]) -> QueryBatch:
+        ids, mask, encodings = self.encode_window(queries)
         real = (mask > 0) & ~self.special[ids]
         terms, spans = [], []
         for i, query in enumerate(queries):

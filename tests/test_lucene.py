@@ -99,9 +99,10 @@ def test_scifact_every_hit_equals_pyserini(scifact, scifact_wp, flavor):
 
 
 def test_query_terms_are_never_truncated_by_the_model_tokenizer(tiny_wp, offline_model):
-    """The searcher shares the model's tokenizer, whose calls switch truncation on in the backend."""
+    """The searcher shares the model's tokenizer, whose truncating calls switch truncation on in the backend."""
     _, wp, _ = tiny_wp
     searcher = BM25Searcher(wp, tokenizer=offline_model.tokenizer)
     long_query = " ".join(f"word{i}" for i in range(300))
-    offline_model.tokenize([long_query])  # truncates to max_query_length and leaves it set
+    # An HF tokenizer call with truncation (as a user's own code may make) leaves it set in the backend.
+    offline_model.tokenizer([long_query], truncation=True, max_length=offline_model.config.max_query_length)
     assert sum(searcher.query_terms(long_query).values()) > 300
