@@ -180,12 +180,18 @@ class Trainer:
         if not config.output_dir:
             raise UserError("no output directory; fix: pass --output-dir DIR")
         self.config, self.dataset, self.out = config, dataset, Path(config.output_dir)
+        # Settings are checked before anything is written into the output directory.
+        if config.negatives not in NEGATIVES:
+            raise UserError(f"unknown --negatives {config.negatives!r}; fix: use one of {', '.join(NEGATIVES)}")
+        if not 0 <= config.gate_quantile <= 1:
+            raise UserError(f"--gate-quantile {config.gate_quantile} is not a quantile; fix: pass a number "
+                            f"from 0 (no gate) to 1")
+        if config.pseudo_queries < 0 or config.aug_threshold < 0:
+            raise UserError("--pseudo-queries and --aug-threshold cannot be negative; fix: pass 0 or more")
         self._check_output_dir(resume)
         self.resume = resume
         _seed_everything(config.seed)
         self.device = resolve_device(config.device)
-        if config.negatives not in NEGATIVES:
-            raise UserError(f"unknown --negatives {config.negatives!r}; fix: use one of {', '.join(NEGATIVES)}")
         last = self.out / "last"
         if resume and (last / "trainer_state.pt").exists():
             self.model = QueryAugmenter.from_pretrained(last).train()

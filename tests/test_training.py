@@ -67,3 +67,12 @@ def test_presets_follow_the_paper():
     assert (nq.lr, nq.batch_size, nq.lam, nq.epochs, nq.hard_negatives) == (3e-4, 144, 0.1, 45, 1)
     mm = TrainConfig.for_dataset("msmarco", epochs=1)
     assert (mm.lr, mm.lam, mm.hard_negatives, mm.epochs) == (3e-5, 0.025, 4, 1)
+
+
+@pytest.mark.parametrize("bad", [dict(gate_quantile=1.5), dict(pseudo_queries=-1), dict(aug_threshold=-0.1),
+                                 dict(negatives="mined")])
+def test_bad_settings_fail_before_anything_is_written(tiny_wp, tmp_path, bad):
+    ds, wp, _ = tiny_wp
+    with pytest.raises(UserError, match="fix:"):
+        Trainer(tiny_config(tmp_path / "bad", **bad), ds, wp)
+    assert not (tmp_path / "bad").exists()
