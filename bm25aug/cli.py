@@ -146,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gate-quantile", type=float, help="after training, use a(q) only for queries with at most this "
                                                        "quantile of the training queries' non-zero counts (0: no gate)")
     p.add_argument("--pseudo-queries", type=int, help="add N pseudo-queries cut from the corpus (one sentence each, "
-                                                      "its document the positive) to the training queries; default 0")
+                                                      "the rest of its document the positive) to the training "
+                                                      "queries; default 0")
     p.add_argument("--target", choices=["wp", "flat"],
                    help="the index the model serves: wp (WordPiece, the paper's) or flat (Lucene's English "
                         "analyzer, Pyserini's stock BEIR/MS MARCO indexes); default: the dataset's preset")

@@ -1,11 +1,12 @@
 """Pseudo-queries cut from the corpus: more training queries for small training sets.
 
 A small set such as SciFact has a few hundred judged queries, so the model sees few examples of
-which terms travel together in its domain. A pseudo-query is one sentence of a sampled document,
-and its positive is that document (Contriever's cropping idea, kept to what BM25 can score: the
-positive must be a document of the index). The ranking loss then rewards added terms found in the
-rest of the document, and only the corpus is read, never a judgment (documents judged for dev or
-test queries may be sampled, as in any unsupervised adaptation to the target corpus).
+which terms travel together in its domain. A pseudo-query is one sentence of a sampled document;
+its positive is the rest of that document (the Inverse Cloze Task; Contriever's cropping kept to
+what BM25 can score): the trainer scores the document with the sentence's terms taken out
+(``TorchBM25.held_out_row``), so the ranking loss rewards the query words and added terms that
+the rest of the document shares. Only the corpus is read, never a judgment (documents judged
+for dev or test queries may be sampled, as in any unsupervised adaptation to the target corpus).
 """
 
 from __future__ import annotations

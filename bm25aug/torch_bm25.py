@@ -15,6 +15,7 @@ O(vocabulary + training documents), not O(corpus).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,6 +102,7 @@ class TorchBM25:
             idf[df == 0] = 0.0
             self.idf = torch.from_numpy(idf)
         self._rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # Lucene doc -> (columns, f values)
+        self._held_out = 0  # rows made by held_out_row so far
 
     @property
     def docids(self) -> np.ndarray:
@@ -125,21 +127,40 @@ class TorchBM25:
         todo = np.unique(np.asarray([r for r in rows if r not in self._rows], np.int64))
         if not len(todo):
             return
-        dl = LENGTH_TABLE[self.reader.norm_bytes(todo)].astype(np.float32)
-        # Lucene's float32 arithmetic, step by step: normInverse per length byte, then
-        # score = weight - weight / (1 + tf * normInverse) = weight * f.
+        lengths = LENGTH_TABLE[self.reader.norm_bytes(todo)]
+        for doc, length in progress(zip(todo.tolist(), lengths), total=len(todo), desc=desc, unit="doc",
+                                    disable=desc is None):
+            self._rows[doc] = self._row(self.reader.terms(doc), length)
+
+    def held_out_row(self, doc: int, removed: Mapping[str, int]) -> int:
+        """A row for document ``doc`` with ``removed`` term counts taken out of it, and its length
+        shortened by as many terms (its norm byte re-encoded as Lucene would): the positive of a
+        pseudo-query cut from ``doc`` (``bm25aug.pseudo``), which must not find its own words in
+        it. Rows of this kind get negative numbers; ``score`` takes them like any other."""
+        counts = dict(self.reader.terms(doc))
+        for term, n in removed.items():
+            if counts.get(term, 0) > n:
+                counts[term] -= n
+            else:
+                counts.pop(term, None)
+        length = int(LENGTH_TABLE[self.reader.norm_bytes(np.asarray([doc]))[0]]) - sum(removed.values())
+        row = -1 - self._held_out
+        self._held_out += 1
+        self._rows[row] = self._row(counts, LENGTH_TABLE[int_to_byte4(max(length, 1))])
+        return row
+
+    def _row(self, counts: Mapping[str, int], length: float) -> tuple[np.ndarray, np.ndarray]:
+        """One row of f(d): its columns, and Lucene's float32 arithmetic step by step: normInverse
+        from the decoded length, then score = weight - weight / (1 + tf * normInverse) = weight * f."""
         k1, b, one = np.float32(self.params.k1), np.float32(self.params.b), np.float32(1)
-        norm_inverse = one / (k1 * ((one - b) + b * dl / self.avgdl))
-        for doc, inverse in progress(zip(todo.tolist(), norm_inverse), total=len(todo), desc=desc, unit="doc",
-                                     disable=desc is None):
-            counts = self.reader.terms(doc)
-            cols = np.asarray([self.columns.get(t, -1) for t in counts], np.int64)
-            tf = np.asarray(list(counts.values()), np.float32)[cols >= 0]
-            cols = cols[cols >= 0]
-            order = np.argsort(cols)
-            cols, tf = cols[order], tf[order]
-            values = np.ones_like(tf) if self.params.bag_of_words else (one - one / (one + tf * inverse))
-            self._rows[doc] = (cols, values.astype(np.float32))
+        inverse = one / (k1 * ((one - b) + b * np.float32(length) / self.avgdl))
+        cols = np.asarray([self.columns.get(t, -1) for t in counts], np.int64)
+        tf = np.asarray(list(counts.values()), np.float32)[cols >= 0]
+        cols = cols[cols >= 0]
+        order = np.argsort(cols)
+        cols, tf = cols[order], tf[order]
+        values = np.ones_like(tf) if self.params.bag_of_words else (one - one / (one + tf * inverse))
+        return cols, values.astype(np.float32)
 
     def doc_matrix(self, rows: list[int] | np.ndarray) -> torch.Tensor:
         """``f(d)`` of the given documents as a sparse COO tensor (n x vocab)."""

@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import random
+from collections import Counter
 from io import BytesIO
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -29,7 +30,7 @@ from bm25aug.evaluation import evaluate_split, has_answer
 from bm25aug.export import encode_queries
 from bm25aug.io import atomic_dir, atomic_write_bytes, write_json, write_jsonl
 from bm25aug.model import CONFIG_NAME, QueryAugmenter
-from bm25aug.pseudo import with_pseudo_queries
+from bm25aug.pseudo import PREFIX as PSEUDO_PREFIX, with_pseudo_queries
 from bm25aug.search import BM25Searcher, mean_added_terms, parallel_map
 from bm25aug.torch_bm25 import BM25Params, TorchBM25
 
@@ -223,10 +224,23 @@ class Trainer:
             raise UserError(f"{dataset.name}: no training query has a positive document in the corpus; "
                             f"fix: check the train qrels / positive_ctxs")
         self.qrels_rows = {e.qid: set(e.positives) for e in self.examples}
+        self._hold_out_sentences()
         # The only document rows training reads (a random negative, for a query without any, is read when drawn).
         self.bm25.prefetch([r for e in self.examples for r in (*e.positives, *e.negatives)], desc="read document terms")
         self.steps_per_epoch = math.ceil(len(self.examples) / config.batch_size)
         self.optimizer, self.scheduler = self._optimizer()
+
+    def _hold_out_sentences(self) -> None:
+        """A pseudo-query's positive becomes its document without the query's sentence (the Inverse
+        Cloze Task): with the sentence left in, the document holds every query word and ranks first
+        already, so the ranking loss has nothing to teach (README, levers). The whole document
+        stays out of the query's negatives: it contains its positive."""
+        pseudo = [e for e in self.examples if e.qid.startswith(PSEUDO_PREFIX)]
+        if not pseudo:
+            return
+        for e, terms in zip(pseudo, self.target.batch([e.query for e in pseudo]).terms):
+            e.positives = [self.bm25.held_out_row(e.positives[0], Counter(terms))]
+            self.qrels_rows[e.qid].update(e.positives)
 
     def _check_output_dir(self, resume: bool) -> None:
         saved = self.out / "config.json"

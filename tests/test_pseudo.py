@@ -1,5 +1,8 @@
 """Pseudo-queries cut from the corpus (bm25aug.pseudo), and training with them."""
 
+import pytest
+import torch
+
 from bm25aug.corpus import Document
 from bm25aug.data import Split
 from bm25aug.pseudo import MAX_WORDS, MIN_WORDS, PREFIX, pseudo_queries, sample_ids, with_pseudo_queries
@@ -49,3 +52,36 @@ def test_training_with_pseudo_queries(tiny_wp, tmp_path):
     pseudo = [e for e in trainer.examples if e.qid.startswith(PREFIX)]
     assert pseudo and all(len(e.positives) == 1 for e in pseudo)
     assert len(trainer.train()["history"]) == 2
+    assert all(e.positives[0] < 0 for e in pseudo)  # the held-out rows (the sentence taken out)
+    docs = trainer.bm25.rows([e.qid.removeprefix(PREFIX) for e in pseudo])
+    assert all(doc in trainer.qrels_rows[e.qid] for e, doc in zip(pseudo, docs))  # never its own negative
+
+
+HELD_OUT = "Mitochondria power every living cell, and cells need power."
+KEPT = "Stem cells divide quickly in the bone marrow."
+
+
+@pytest.mark.parametrize("flavor", ["flat", "wp"])
+def test_a_held_out_row_is_its_document_indexed_without_the_sentence(tmp_path, flavor):
+    """The positive of a pseudo-query equals, column for column and bit for bit, the row of the
+    same document indexed without its sentence (same index, so the same df and avgdl)."""
+    from collections import Counter
+
+    from bm25aug.data import load_dataset
+    from bm25aug.index import ensure_index
+    from bm25aug.model import AugmenterConfig
+    from bm25aug.targets import make_target
+    from bm25aug.tokenization import load_tokenizer
+    from bm25aug.torch_bm25 import TorchBM25
+    from tests.conftest import TINY_DOCS, write_beir
+
+    docs = {**TINY_DOCS, "full": ("Cells", f"{KEPT} {HELD_OUT}"), "rest": ("Cells", KEPT)}
+    ds = load_dataset(str(write_beir(tmp_path / "cells", docs=docs)))
+    tokenizer = load_tokenizer()
+    bm25 = TorchBM25(ensure_index(ds, flavor, tmp_path / "indexes"), tokenizer.get_vocab() if flavor == "wp" else None)
+    removed = Counter(make_target(tokenizer, AugmenterConfig(target=flavor)).batch([HELD_OUT]).terms[0])
+    full, rest = bm25.rows(["full", "rest"])
+    held = bm25.held_out_row(full, removed)
+    assert held < 0 and bm25.held_out_row(full, removed) == held - 1  # each call a new row
+    dense = bm25.doc_matrix([held, rest, full]).to_dense()
+    assert torch.equal(dense[0], dense[1]) and not torch.equal(dense[0], dense[2])
