@@ -109,29 +109,36 @@ def special_tokens(tokenizer) -> frozenset[str]:
 
 
 def untruncated(tokenizer):
-    """The Rust tokenizer with truncation and padding off. Calling the HF tokenizer with
-    ``truncation=True`` (as the model does) leaves them on in the shared backend, and a BM25 query
-    or a document must never lose tokens."""
-    backend = tokenizer.backend_tokenizer
-    if backend.truncation is not None:
-        backend.no_truncation()
-    if backend.padding is not None:
-        backend.no_padding()
-    return backend
+    """A private copy of the Rust tokenizer with truncation and padding off, made once per
+    tokenizer: a BM25 query or a document must never lose tokens. A copy, because an HF call with
+    ``truncation=True`` (a user's own code may make one) switches truncation on in the backend the
+    HF tokenizer shares, and switching it off there again would race with other threads."""
+    cached = getattr(tokenizer, "_bm25aug_untruncated", None)
+    if cached is None:
+        cached = _private_copy(tokenizer)
+        cached.no_truncation()
+        cached.no_padding()
+        tokenizer._bm25aug_untruncated = cached
+    return cached
 
 
 def window_tokenizer(tokenizer, max_length: int):
     """A private copy of the Rust tokenizer that truncates to ``max_length`` and pads to the
     longest text, as ``tokenizer(texts, padding=True, truncation=True, max_length=max_length)``
     does, without that call's Python work per call (about as much as the encoding itself) or its
-    changes to the backend it shares with everything else (``untruncated``), so threads may use it."""
-    from tokenizers import Tokenizer
-
-    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    changes to the backend it shares with everything else, so threads may use it."""
+    backend = _private_copy(tokenizer)
     backend.enable_truncation(max_length)
     backend.enable_padding(pad_id=tokenizer.pad_token_id, pad_type_id=tokenizer.pad_token_type_id,
                            pad_token=tokenizer.pad_token)
     return backend
+
+
+def _private_copy(tokenizer):
+    """The HF tokenizer's Rust backend, copied: settings changed on it reach no one else."""
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
 
 
 def query_term_counts(tokenizer, query: str) -> Counter:

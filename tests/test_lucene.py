@@ -106,3 +106,6 @@ def test_query_terms_are_never_truncated_by_the_model_tokenizer(tiny_wp, offline
     # An HF tokenizer call with truncation (as a user's own code may make) leaves it set in the backend.
     offline_model.tokenizer([long_query], truncation=True, max_length=offline_model.config.max_query_length)
     assert sum(searcher.query_terms(long_query).values()) > 300
+    # Our untruncated tokenizing is a private copy: the backend the user's tokenizer shares keeps
+    # their setting (switching it off there would race with their threads).
+    assert offline_model.tokenizer.backend_tokenizer.truncation is not None
