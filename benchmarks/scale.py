@@ -212,20 +212,20 @@ def extrapolate(rows: list[dict], target: int = NQ_PASSAGES) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
-    p.add_argument("--checkpoint", default="checkpoints/scifact/best", help="the augmented model (trained on SciFact)")
+    p.add_argument("--checkpoint", help="the augmented model (trained on SciFact; default checkpoints/scifact/best)")
     p.add_argument("--train-steps", type=int, default=5, help="timed training steps per size")
     p.add_argument("--json-out", help="one JSON object per size, in a list")
     p.add_argument("--step", choices=STEPS, help=argparse.SUPPRESS)
     p.add_argument("--folder", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args()
-    checkpoint = Path(args.checkpoint)
-    args.checkpoint = checkpoint / "best" if (checkpoint / "best").is_dir() else checkpoint
-    from bm25aug.model import CONFIG_NAME
+    from bm25aug.errors import UserError
+    from bm25aug.experiment import resolve_checkpoint
 
-    if not (args.checkpoint / CONFIG_NAME).exists():
-        raise SystemExit(f"no trained model at {args.checkpoint}; fix: run `python train.py --dataset scifact` "
-                         f"(or `make demo`) first, or pass --checkpoint DIR")
+    try:
+        args.checkpoint = resolve_checkpoint(args.checkpoint, "scifact", False)
+    except UserError as e:  # one line, as the CLI prints it
+        raise SystemExit(f"error: {e}") from None
     if args.step:
         from bm25aug.progress import quiet_libraries
 
