@@ -43,7 +43,6 @@ class _Java:
     def __init__(self):
         with JNI_LOCK:
             cls = jclass("java.lang.Class")
-            self.ArrayList = jclass("java.util.ArrayList")
             self.Integer = jclass("java.lang.Integer")
             self.QueryParser = jclass("org.apache.lucene.queryparser.classic.QueryParser")
             self.whitespace = jclass("org.apache.lucene.analysis.core.WhitespaceAnalyzer")()
@@ -53,6 +52,15 @@ class _Java:
             # Whether each unlocked call has run once under the lock (which resolves its classes).
             self.search_warm = self.analyzed_warm = False
             self.BM25 = jclass("org.apache.lucene.search.similarities.BM25Similarity")
+        self._integers: dict[int, object] = {}
+
+    def integer(self, n: int):
+        """A ``java.lang.Integer``, made once per value (search asks for the same few depths)."""
+        boxed = self._integers.get(n)
+        if boxed is None:
+            with JNI_LOCK:
+                boxed = self._integers.setdefault(n, self.Integer(n))
+        return boxed
 
 
 def _search_handle(cls, int_type):
@@ -144,40 +152,24 @@ def anserini_order(lucene_ids: np.ndarray, scores: np.ndarray, id_rank: np.ndarr
     return np.lexsort((id_rank[lucene_ids], -scores))
 
 
-def _run_lengths(mask: np.ndarray) -> np.ndarray:
-    """Per position, how many consecutive True values end there (0 where False)."""
-    index = np.arange(mask.size)
-    last_false = np.maximum.accumulate(np.where(mask, -1, index))
-    return np.where(mask, index - last_false, 0)
-
-
 def anserini_scores(raw: np.ndarray) -> np.ndarray:
     """Round to 4 decimals (``Math.round`` in double), then lower the i-th score of a run of ties
-    by i·1e-6, all in float32 as ``ScoreTiesAdjusterReranker`` does."""
+    by i·1e-6, all in float32 as ``ScoreTiesAdjusterReranker`` does: hit by hit, a hit ties when
+    the previous score, as already lowered, is at most 1e-4 above it."""
     scores = (np.floor(raw.astype(np.float64) * 10000.0 + 0.5) / 10000.0).astype(np.float32)
-    if scores.size < 2:
-        return scores
     tol, eps = np.float32(1e-4), np.float32(1e-6)
-    gaps = scores[:-1] - scores[1:]
-    # A run of ties continues at i only where the rounded gap is within 2e-4 (1e-4 plus float32
-    # slack) + dup·1e-6, dup being the run's length so far; elsewhere the previous score, lowered
-    # by dup·1e-6, is still more than 1e-4 above. dup is at most the number of scores, and at most
-    # the length of the run of such candidates just before i: two supersets of the ties, the
-    # second much the smaller at k=1000, so the loop below visits only those.
-    reach = np.float32(2e-4)
-    candidate = gaps <= reach + eps * np.float32(scores.size)
-    before = np.concatenate(([0], _run_lengths(candidate)[:-1])).astype(np.float32)
-    near = np.flatnonzero(candidate & (gaps <= reach + eps * before)) + 1
-    dup, last = 0, -1
-    for i in near.tolist():
-        if i != last + 1:
-            dup = 0
-        last = i
-        if scores[i - 1] - scores[i] > tol:
-            dup = 0
-        else:
+    # A run of ties can only start where the unlowered gap is within 1e-4 (lowering the previous
+    # score only narrows a gap, so such a hit ties whatever came before); from there it runs hit
+    # by hit until a gap is too wide. Between runs nothing changes, so only runs are visited.
+    end = 0
+    for start in (np.flatnonzero(scores[:-1] - scores[1:] <= tol) + 1).tolist():
+        if start < end:
+            continue  # inside the run already walked
+        dup, end = 0, start
+        while end < scores.size and scores[end - 1] - scores[end] <= tol:
             dup += 1
-            scores[i] = scores[i] - eps * np.float32(dup)
+            scores[end] = scores[end] - eps * np.float32(dup)
+            end += 1
     return scores
 
 
@@ -238,16 +230,14 @@ class LuceneIndex:
     # ----------------------------------------------------------------------------------- search
     def _top(self, query, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Lucene's top n by score (ties: lower Lucene doc first), as arrays."""
+        # pyjnius passes the varargs of invokeWithArguments as separate arguments: no argument list to build.
+        args = (self.searcher, query, self.j.integer(n))
         with JNI_LOCK:
-            args = self.j.ArrayList()
-            args.add(self.searcher)
-            args.add(query)
-            args.add(self.j.Integer(n))
             # The first call resolves the classes it returns; keep that under the lock too.
-            pairs = None if self.j.search_warm else self.j.search.invokeWithArguments(args)
+            pairs = None if self.j.search_warm else self.j.search.invokeWithArguments(*args)
             self.j.search_warm = True
         if pairs is None:
-            pairs = self.j.search.invokeWithArguments(args)
+            pairs = self.j.search.invokeWithArguments(*args)
         # ByteArray.tostring() copies pyjnius's buffer in one go; bytes(pairs) iterates it element by element.
         pairs = np.frombuffer(pairs.tostring(), dtype=_PAIRS)
         return pairs["doc"].astype(np.int64), pairs["score"].astype(np.float32)

@@ -2,10 +2,13 @@
 
     python -m bm25aug.reproduce [--only PATTERN] [--fast] [--out runs/reproduce]
     python -m bm25aug.reproduce --write-readme      # regenerate the README's result blocks
+    python -m bm25aug.reproduce --record [--only PATTERN]  # after a change meant to move results
 
 Each condition's command runs as it is written (``python eval.py ...`` with ``--json-out``
 added), in the repository root, so that what is checked is what a user types. Exits 1 when any
 metric misses its tolerance. The table is also written as Markdown and JSON under ``--out``.
+``--record`` writes the run's values into ``reproductions.yaml`` instead of failing on them
+(then ``--write-readme``), except where an exact baseline moved: that is a bug, never a new result.
 """
 
 from __future__ import annotations
@@ -109,6 +112,39 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def is_exact(condition: Condition) -> bool:
+    """A BM25 baseline, checked to Pyserini's 4th decimal (the YAML's ``*exact``)."""
+    return all(t <= 5e-5 for t in condition.tolerance.values())
+
+
+def record(path: Path, conditions: list[Condition], got: dict[str, dict]) -> list[str]:
+    """Write ``got[name]`` (this run's metrics) into the ``expected`` and ``reported`` lines of each
+    condition in ``path``, line by line, so that comments and layout stay; the names rewritten.
+    Refuses, writing nothing, when an exact baseline missed."""
+    moved = [c.name for c in conditions if c.name in got and is_exact(c)
+             and not all(r["ok"] for r in compare(c, got[c.name]))]
+    if moved:
+        raise UserError(f"exact baselines moved ({', '.join(moved)}): a bug, not a result to record; "
+                        f"fix: find what changed their BM25 scores")
+    new: dict[str, dict[str, str]] = {}
+    for c in conditions:
+        if c.name in got:
+            values = got[c.name]
+            missing = [m for m in [*c.expected, *(c.reported or {})] if values.get(m) is None]
+            if missing:
+                raise UserError(f"{c.name}: this run has no {', '.join(missing)}; fix: check its command's --json-out")
+            new[c.name] = {"expected": json.dumps({m: round(values[m], 4) for m in c.expected}),
+                           **({"reported": json.dumps({m: round(values[m], 1) for m in c.reported})} if c.reported else {})}
+    lines, name = path.read_text().splitlines(keepends=True), None
+    for i, line in enumerate(lines):
+        if m := re.match(r"  - name: (\S+)\s*$", line):
+            name = m.group(1)
+        elif name in new and (m := re.match(r"    (expected|reported): \{.*\}\s*$", line)):
+            lines[i] = f"    {m.group(1)}: {new[name][m.group(1)]}\n"
+    atomic_write_text(path, "".join(lines))
+    return list(new)
+
+
 # ------------------------------------------------------------------------------------------- README
 def readme_block(table: str, conditions: list[Condition]) -> str:
     """The README table of one ``table`` name, from the expected values."""
@@ -158,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fast", action="store_true", help="only the exact BM25 baselines (what CI runs)")
     p.add_argument("--out", default="runs/reproduce", help="where the Markdown and JSON tables go")
     p.add_argument("--write-readme", action="store_true", help="regenerate the README blocks and stop")
+    p.add_argument("--record", action="store_true", help="write this run's values into reproductions.yaml "
+                                                         "(exact baselines must still match)")
     args = p.parse_args(argv)
     try:
         conditions = load_conditions()
@@ -171,16 +209,22 @@ def main(argv: list[str] | None = None) -> int:
         if not chosen:
             raise UserError(f"no condition matches --only {args.only!r}; fix: use one of "
                             f"{', '.join(c.name for c in conditions)}")
-        rows, start, done = [], time.perf_counter(), {}
+        rows, start, done, got = [], time.perf_counter(), {}, {}
         for condition in chosen:
             print(f"running {condition.name} ...", flush=True)
-            rows += compare(condition, run_condition(condition, done))
+            got[condition.name] = run_condition(condition, done)
+            rows += compare(condition, got[condition.name])
         table = markdown(rows)
         print(table)
         print(f"{sum(r['ok'] for r in rows)}/{len(rows)} reproduced in {time.perf_counter() - start:.0f} s")
         out = Path(args.out)
         atomic_write_text(out / "reproduce.md", table + "\n")
         write_json(out / "reproduce.json", rows)
+        if args.record:
+            names = record(CONDITIONS_FILE, conditions, got)
+            print(f"recorded {len(names)} conditions in {CONDITIONS_FILE}; "
+                  f"now run `python -m bm25aug.reproduce --write-readme`")
+            return 0
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -53,6 +53,9 @@ def test_score_rounding_matches_anserini_on_handmade_ties():
     expected = np.float32([8.5753, 8.5753 - 1e-6, 8.5753 - 2e-6, 7.0, 7.0 - 1e-6, 7.0 - 2e-6, 7.0 - 3e-6,
                            np.float32(6.9999) - np.float32(4e-6), 0.0])
     assert got.dtype == np.float32 and np.allclose(got, expected, rtol=0, atol=2e-7)
+    # A gap of exactly 1e-4 in float32 still ties (Anserini resets only on a gap above 1e-4).
+    assert np.float32(1e-4) - np.float32(0) == np.float32(1e-4)
+    assert np.array_equal(anserini_scores(np.float32([1e-4, 0.0])), np.float32([1e-4, -1e-6]))
 
 
 def _ties_adjusted_one_by_one(raw: np.ndarray) -> np.ndarray:
@@ -69,8 +72,8 @@ def _ties_adjusted_one_by_one(raw: np.ndarray) -> np.ndarray:
 
 
 def test_score_rounding_skips_only_hits_that_cannot_tie():
-    """``anserini_scores`` visits only candidate ties; on long runs of equal and 1e-4-apart
-    scores (runs past 100, where a 2e-4 gap still ties) it equals the hit-by-hit loop."""
+    """``anserini_scores`` visits only runs of ties; on long runs of equal and 1e-4-apart scores
+    (runs past 100, where a 2e-4 gap still ties) it equals the hit-by-hit loop."""
     rng = np.random.default_rng(0)
     for n in (2, 10, 300, 1016, 3000):
         for _ in range(20):

@@ -26,3 +26,51 @@ def test_fast_conditions_reproduce(data_dir, tmp_path):
     assert main(["--fast", "--out", str(tmp_path)]) == 0
     table = (tmp_path / "reproduce.md").read_text()
     assert "✘" not in table and table.count("✔") == sum(len(c.expected) for c in load_conditions() if c.fast)
+
+
+YAML = """# a comment that must stay
+exact: &exact 0.00005
+conditions:
+  - name: toy/bm25
+    table: toy
+    row: BM25
+    command: python eval.py --dataset toy --method bm25-flat
+    expected: {"ndcg@10": 0.5}
+    tolerance: *exact
+
+  - name: toy/model
+    table: toy
+    row: model  # trained
+    command: python eval.py --dataset toy --method augmented
+    expected: {"ndcg@10": 0.6, "aug_terms_mean": 2.0}
+    tolerance: 0.01
+    reported: {latency_ms_p50: 3.0}
+"""
+
+
+def test_record_writes_this_runs_values_and_keeps_the_file_as_it_was_written(tmp_path):
+    from bm25aug.reproduce import record
+
+    path = tmp_path / "r.yaml"
+    path.write_text(YAML)
+    got = {"toy/bm25": {"ndcg@10": 0.50004}, "toy/model": {"ndcg@10": 0.61234, "aug_terms_mean": 1.5,
+                                                            "latency_ms_p50": 2.345, "recall@100": 0.9}}
+    assert record(path, load_conditions(path), got) == ["toy/bm25", "toy/model"]
+    bm25, model = load_conditions(path)
+    assert bm25.expected == {"ndcg@10": 0.5} and model.expected == {"ndcg@10": 0.6123, "aug_terms_mean": 1.5}
+    assert model.reported == {"latency_ms_p50": 2.3} and model.tolerance == {"ndcg@10": 0.01, "aug_terms_mean": 0.01}
+    text = path.read_text()
+    assert text.startswith("# a comment that must stay") and "row: model  # trained" in text
+
+
+def test_record_refuses_when_an_exact_baseline_moved(tmp_path):
+    import pytest
+
+    from bm25aug.errors import UserError
+    from bm25aug.reproduce import record
+
+    path = tmp_path / "r.yaml"
+    path.write_text(YAML)
+    with pytest.raises(UserError, match="toy/bm25"):
+        record(path, load_conditions(path), {"toy/bm25": {"ndcg@10": 0.5002}, "toy/model": {"ndcg@10": 0.7}})
+    assert path.read_text() == YAML
