@@ -130,12 +130,12 @@ class AugmentationLoss(nn.Module):
         penalty = torch.ones_like(h) if uniform_l1 else torch.where(h > 0, h.sqrt(), torch.ones_like(h))
         penalty = penalty.clamp(min=penalty_floor)
         self.register_buffer("penalty", penalty)
-        self.bm25, self.lam = bm25, lam
+        self.lam = lam
 
-    def forward(self, augmentation: torch.Tensor, boosts: torch.Tensor, doc_rows: list[int], targets: torch.Tensor,
+    def forward(self, augmentation: torch.Tensor, scores: torch.Tensor, targets: torch.Tensor,
                 mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        scores = self.bm25.score(boosts, doc_rows).masked_fill(mask, float("-inf"))
-        rank = nn.functional.cross_entropy(scores, targets)
+        """``scores``: BM25 of the batch's queries (rows) against its documents (columns)."""
+        rank = nn.functional.cross_entropy(scores.masked_fill(mask, float("-inf")), targets)
         reg = (augmentation * self.penalty).sum(dim=1).mean()
         return {"loss": rank + self.lam * reg, "rank": rank.detach(), "reg": reg.detach()}
 
@@ -359,14 +359,19 @@ class Trainer:
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):  # the encoder; BM25 stays in float32
             out = self.model(ids, attention)
         w, a = out.token_weights.float(), out.augmentation.float()
-        boosts = self.target.boosts(qb, w, a, self.cmap)
-        parts = self.loss(a, boosts, rows, torch.arange(len(batch), device=self.device), mask.to(self.device))
+        parts = self._loss(qb, w, a, rows, mask.to(self.device))
         self.optimizer.zero_grad(set_to_none=True)
         parts["loss"].backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
         self.scheduler.step()
         return parts
+
+    def _loss(self, qb, w: torch.Tensor, a: torch.Tensor, rows: list[int], mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The loss of one batch: query i's positive is document i (``benchmarks/hybrid_probe.py``
+        overrides this to score two fields)."""
+        scores = self.bm25.score(self.target.boosts(qb, w, a, self.cmap), rows)
+        return self.loss(a, scores, torch.arange(len(qb.terms), device=self.device), mask)
 
     @torch.no_grad()
     def evaluate_dev(self, baseline: bool = False) -> dict:
