@@ -66,16 +66,16 @@ class HybridTrainer(Trainer):
 
     @torch.no_grad()
     def evaluate_dev(self, baseline: bool = False) -> dict:
-        got = evaluate(self.model, self.fields, self.target, self.cmap, self.dev, self.dataset, gate=0,
+        got = evaluate(self.model, self.fields, self.target, self.cmap, self.dev, self.dataset, gated=False,
                        baseline=baseline)
         return {"dev_metric": got["ndcg@10"], "dev_metric_name": "ndcg@10", "dev_aug_terms": got["added_terms"]}
 
 
 @torch.no_grad()
-def evaluate(model: QueryAugmenter, fields: Fields, target, cmap, split: Split, dataset, gate: int,
+def evaluate(model: QueryAugmenter, fields: Fields, target, cmap, split: Split, dataset, gated: bool,
              baseline: bool = False, depth: int = 100) -> dict:
-    """nDCG@10 of ``split`` with every document scored; ``gate``: a(q) only with at most that
-    many non-zero entries (0: always); ``baseline``: plain BM25 on the flat field."""
+    """nDCG@10 of ``split`` with every document scored; ``gated``: a(q) only where the target's
+    gate (the model's ``aug_gate``) keeps it, as search does; ``baseline``: plain BM25 on the flat field."""
     was_training = model.training
     model.eval()
     qids = sorted(q for q in split.queries if split.qrels.get(q))
@@ -88,8 +88,8 @@ def evaluate(model: QueryAugmenter, fields: Fields, target, cmap, split: Split, 
     w, a = out.token_weights, out.augmentation
     if baseline:
         w, a = torch.ones_like(w), torch.zeros_like(a)
-    elif gate:
-        a = a * ((a > 0).sum(dim=1, keepdim=True) <= gate)
+    elif gated:
+        a = a * torch.from_numpy(target.use_augmentation(qb, target.live_part(a).numpy())).unsqueeze(1)
     scores = fields.scores(target.boosts(qb, w, torch.zeros_like(a), cmap), a, rows).numpy()
     run = {}
     for qid, row in zip(qids, scores):
@@ -123,12 +123,11 @@ def main() -> None:
     result = {"source": args.source, "seed": args.seed, "source_dev_bm25": history[0]["dev_metric"],
               "source_dev": best_epoch["dev_metric"], "source_dev_terms_ungated": best_epoch["dev_aug_terms"],
               "gate": best.config.aug_gate,
-              "source_dev_gated": evaluate(best, trainer.fields, best.target, trainer.cmap, trainer.dev, source,
-                                           best.config.aug_gate),
+              "source_dev_gated": evaluate(best, trainer.fields, best.target, trainer.cmap, trainer.dev, source, gated=True),
               "transfer": args.transfer, "transfer_split": args.transfer_split,
-              "transfer_bm25_flat": evaluate(best, fields, best.target, cmap, split, transfer, 0, baseline=True),
-              "transfer_gated": evaluate(best, fields, best.target, cmap, split, transfer, best.config.aug_gate),
-              "transfer_ungated": evaluate(best, fields, best.target, cmap, split, transfer, 0)}
+              "transfer_bm25_flat": evaluate(best, fields, best.target, cmap, split, transfer, gated=False, baseline=True),
+              "transfer_gated": evaluate(best, fields, best.target, cmap, split, transfer, gated=True),
+              "transfer_ungated": evaluate(best, fields, best.target, cmap, split, transfer, gated=False)}
     (out / f"{args.source}_to_{args.transfer}.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result, indent=1))
 

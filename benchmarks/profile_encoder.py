@@ -44,7 +44,7 @@ def stage_times(encoder, queries: list[str]) -> dict[str, float]:
 
 
 def operator_times(model_path: str, encoder, queries: list[str]) -> dict[str, float]:
-    """ms per query per operator type (``aug_head`` and ``weight_head`` nodes named apart)."""
+    """ms per query per operator type (the a(q) head's MatMul and ``weight_head`` apart)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -58,7 +58,12 @@ def operator_times(model_path: str, encoder, queries: list[str]) -> dict[str, fl
     total: dict[str, float] = defaultdict(float)
     for event in json.loads(trace.read_text()):
         if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
-            part = next((p for p in ("aug_head", "weight_head") if p in event["name"]), "rest")
+            # The a(q) head is the node whose output has one column per live entry (it is traced
+            # from a function of the head's rows, so its name does not say aug_head).
+            shapes = [dims for out in event["args"].get("output_type_shape", []) for dims in out.values()]
+            head = any(dims[-1:] == [len(encoder.target.live)] for dims in shapes)
+            part = "aug_head" if head and "MatMul" in event["args"]["op_name"] else \
+                "weight_head" if "weight_head" in event["name"] else "rest"
             total[f"{event['args']['op_name']} ({part})"] += event["dur"] / 1000 / len(queries)
     trace.unlink()
     return dict(total)

@@ -32,7 +32,7 @@ ONNX_DIR = "onnx"
 ONNX_FILE = "model.int8.onnx"
 SOURCE_FILE = "source.json"
 # Bumped whenever export_onnx changes what it writes, so that older exports are made again.
-RECIPE = "outputs w and a; eager attention, onnxruntime bert fusion, dynamic int8 per channel"
+RECIPE = "outputs w and a on live entries; eager attention, onnxruntime bert fusion, dynamic int8 per channel"
 CACHE_DIR = CACHE_ROOT / "onnx"
 
 
@@ -46,14 +46,17 @@ def weights_hash(checkpoint: Path) -> str:
 
 class _OutputsGraph(torch.nn.Module):
     """The model's forward pass as ONNX sees it: token ids and mask in, w and a out (the target
-    turns them into terms, outside the graph, exactly as for the torch model)."""
+    turns them into terms, outside the graph, exactly as for the torch model). a is computed on
+    the target's live entries only: the head's other rows (for flat, the ## pieces and stopwords,
+    a quarter of the vocabulary) reach no index term, and the export folds them away."""
 
     def __init__(self, model: QueryAugmenter):
         super().__init__()
         self.model = model
+        self.register_buffer("rows", torch.from_numpy(model.target.live), persistent=False)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.model(input_ids, attention_mask)
+        out = self.model(input_ids, attention_mask, rows=self.rows)
         return out.token_weights, out.augmentation
 
 

@@ -67,7 +67,8 @@ class AugmenterConfig:
 @dataclass
 class QueryOutput:
     """One forward pass: ``w`` per token position (B x L, 0 on [CLS]/[SEP]/[UNK]/padding) and
-    ``a`` over the vocabulary (B x V, 0 on special tokens). A target turns them into boosts."""
+    ``a`` over the vocabulary (B x V, 0 on special tokens; B x R for ``rows``). A target turns
+    them into boosts."""
 
     token_weights: torch.Tensor
     augmentation: torch.Tensor
@@ -153,7 +154,11 @@ class QueryAugmenter(nn.Module):
             self._target = make_target(self.tokenizer, self.config)
         return self._target
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> QueryOutput:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                rows: torch.Tensor | None = None) -> QueryOutput:
+        """``rows``: compute a(q) only on these vocabulary entries (B x len(rows)). The ONNX export
+        passes its target's live entries (``Target.live``), so the served graph never computes the
+        rows no index term can use; the numbers on those entries are the same."""
         hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         real = attention_mask.bool() & ~self.special[input_ids]  # query tokens, not [CLS]/[SEP]/[UNK]
         if self.config.use_weights:
@@ -161,9 +166,13 @@ class QueryAugmenter(nn.Module):
         else:
             w = torch.ones_like(input_ids, dtype=hidden.dtype)
         w = w * real
+        head, special = self.aug_head, self.special  # the module: torch-int8 quantizes it (quantized())
+        if rows is not None:
+            weight, bias, special = self.aug_head.weight[rows], self.aug_head.bias[rows], special[rows]
+            head = lambda x: nn.functional.linear(x, weight, bias)  # noqa: E731
         if self.config.use_augmentation and self.config.pooling == "max":
-            logits = self.aug_head(hidden).masked_fill(~real.unsqueeze(-1), float("-inf"))
-            a = torch.relu(logits.max(dim=1).values).masked_fill(self.special, 0.0)
+            logits = head(hidden).masked_fill(~real.unsqueeze(-1), float("-inf"))
+            a = torch.relu(logits.max(dim=1).values).masked_fill(special, 0.0)
         elif self.config.use_augmentation:
             if self.config.pooling == "mean":
                 pooled = (hidden * attention_mask.unsqueeze(-1)).sum(1) / attention_mask.sum(1, keepdim=True)
@@ -171,9 +180,9 @@ class QueryAugmenter(nn.Module):
                 pooled = hidden[:, 0]
             # (B, 1, H) rather than (B, H): ONNX export then emits a MatMul, which int8 dynamic
             # quantization covers (a Gemm it does not); the numbers are the same.
-            a = torch.relu(self.aug_head(pooled.unsqueeze(1)).squeeze(1)).masked_fill(self.special, 0.0)
+            a = torch.relu(head(pooled.unsqueeze(1)).squeeze(1)).masked_fill(special, 0.0)
         else:
-            a = torch.zeros(input_ids.shape[0], self.config.vocab_size, dtype=hidden.dtype, device=hidden.device)
+            a = torch.zeros(input_ids.shape[0], len(special), dtype=hidden.dtype, device=hidden.device)
         if self.config.aug_threshold > 0:
             a = a * (a > self.config.aug_threshold)
         return QueryOutput(w, a)
@@ -186,7 +195,8 @@ class QueryAugmenter(nn.Module):
         batch = self.target.batch(queries)
         device = self.encoder.get_input_embeddings().weight.device  # never quantized (see quantized())
         out = self(torch.from_numpy(batch.input_ids).to(device), torch.from_numpy(batch.attention_mask).to(device))
-        return self.target.term_lists(batch, out.token_weights.float().cpu().numpy(), out.augmentation.float().cpu().numpy())
+        a = self.target.live_part(out.augmentation)
+        return self.target.term_lists(batch, out.token_weights.float().cpu().numpy(), a.float().cpu().numpy())
 
     def quantized(self) -> "QueryAugmenter":
         """int8 dynamic quantization of every Linear layer, for CPU search: about half the

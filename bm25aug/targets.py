@@ -10,8 +10,11 @@ it came from:
   overlap the analyzed word** ("breast-cancer" gives "breast" and "cancer", each from its own
   tokens; "running" → "run" takes the mean over "running"'s pieces).
 
-a(q) is dropped for a query where it has more than ``aug_gate`` non-zero entries, a count set
-after training from the training queries (``bm25aug.training.calibrate_gate``).
+The search side reads a(q) only on the target's **live** entries, those that can reach a term of
+its index (wp: every entry but the special tokens; flat: the whole-word entries of the flat map),
+so the ONNX graph computes only those rows of the head (``bm25aug.fast_encoder``). a(q) is dropped
+for a query where it has more than ``aug_gate`` non-zero live entries, a count set after training
+from the training queries (``bm25aug.training.calibrate_gate``).
 
 An occurrence outside the encoder's window (``max_query_length`` tokens) keeps its BM25 weight,
 1, so a long query never loses a term; inside, its weight is at least ``weight_floor`` (default
@@ -59,6 +62,7 @@ class Target:
         self.floor = np.float32(config.weight_floor)
         self.special = np.zeros(len(tokenizer), dtype=bool)
         self.special[tokenizer.all_special_ids] = True
+        self.live = np.flatnonzero(~self.special)  # subclasses narrow it to what reaches their index
 
     def encode_window(self, queries: list[str]) -> tuple[np.ndarray, np.ndarray, list]:
         """What the encoder reads of each query: ids and mask (B x L, padded to the longest), and
@@ -80,8 +84,14 @@ class Target:
     def occurrences(self, query: str, offsets: np.ndarray, real: np.ndarray) -> tuple[list[str], list[list[int]]]:
         raise NotImplementedError
 
+    def live_part(self, a):
+        """a(q) over the vocabulary (... x V, numpy or torch) on the live entries only (... x len(live))."""
+        if isinstance(a, torch.Tensor):
+            return a[..., torch.from_numpy(self.live).to(a.device)]
+        return a[..., self.live]
+
     def added(self, a: np.ndarray) -> dict[str, np.float32]:
-        """One query's a(q) (vocabulary) as ``{term: weight}`` in this target's terms, zeros dropped."""
+        """One query's a(q) (live entries) as ``{term: weight}`` in this target's terms, zeros dropped."""
         raise NotImplementedError
 
     def order(self, term: str):
@@ -89,8 +99,8 @@ class Target:
         return term
 
     def use_augmentation(self, batch: QueryBatch, a: np.ndarray) -> np.ndarray:
-        """Per query, whether a(q) is used: the query has a known token, and a(q) has at most
-        ``aug_gate`` non-zero entries (0: no gate). A query for which the model proposes far
+        """Per query, whether a(q) (B x live entries) is used: the query has a known token, and
+        a(q) has at most ``aug_gate`` non-zero entries (0: no gate). A query for which the model proposes far
         more terms than for any training query is one it does not know; it keeps its
         reweighting and gets no added terms."""
         keep = batch.has_tokens.copy()
@@ -100,7 +110,8 @@ class Target:
 
     # ------------------------------------------------------------------------------ search side
     def term_lists(self, batch: QueryBatch, w: np.ndarray, a: np.ndarray) -> list[dict[str, float]]:
-        """``{term: boost}`` per query, boosts > 0 only, in float32 as the torch path computes them."""
+        """``{term: boost}`` per query, boosts > 0 only, in float32 as the torch path computes them.
+        ``a``: a(q) on the live entries (``live_part``), as the ONNX graph outputs it."""
         one = np.float32(1)
         use_a = self.use_augmentation(batch, a)
         result = []
@@ -144,7 +155,8 @@ class Target:
         where = torch.tensor(flat_index, dtype=torch.long, device=dev)
         term_w = torch.zeros(n * width, dtype=dtype, device=dev).index_add(0, where, occ).view(n, width)
         bow = torch.zeros(n * width, dtype=dtype, device=dev).index_add(0, where, torch.ones_like(occ)).view(n, width)
-        a = a * torch.as_tensor(self.use_augmentation(batch, a.detach().cpu().numpy()), device=dev).unsqueeze(1)
+        use_a = self.use_augmentation(batch, self.live_part(a.detach()).cpu().numpy())
+        a = a * torch.as_tensor(use_a, device=dev).unsqueeze(1)
         a_cols = cmap.project(a)
         return torch.where(bow > 0, term_w * (1 + a_cols), a_cols)
 
@@ -169,7 +181,7 @@ class WordPieceTarget(Target):
     def __init__(self, tokenizer, config):
         super().__init__(tokenizer, config)
         self.vocab = tokenizer.get_vocab()
-        self.id_to_token = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        self.live_tokens = tokenizer.convert_ids_to_tokens(self.live.tolist())
 
     def occurrences(self, query, offsets, real):
         from bm25aug.tokenization import untruncated
@@ -188,7 +200,7 @@ class WordPieceTarget(Target):
 
     def added(self, a):
         ids = np.flatnonzero(a > 0)
-        return dict(zip((self.id_to_token[i] for i in ids.tolist()), a[ids]))
+        return dict(zip((self.live_tokens[i] for i in ids.tolist()), a[ids]))
 
     def order(self, term):
         return self.vocab[term]
@@ -207,6 +219,8 @@ class FlatTarget(Target):
         self.map = flat_map(tokenizer)
         self.term_of = np.full(self.map.vocab_size, -1, np.int64)  # vocabulary id -> flat term id (-1: none)
         self.term_of[self.map.vocab_ids] = self.map.term_ids
+        self.live = np.flatnonzero(self.term_of >= 0)  # ## pieces, stopwords and specials reach nothing
+        self.live_terms = self.term_of[self.live]
 
     def occurrences(self, query, offsets, real):
         from bm25aug.analysis import analyze_with_offsets
@@ -223,15 +237,12 @@ class FlatTarget(Target):
         # Only a(q)'s few non-zero entries are read: each sums into its flat term in vocabulary
         # order, in float32, the sum the map's 0/1 matrix would give (a test checks).
         ids = np.flatnonzero(a > 0)
-        ids = ids[self.term_of[ids] >= 0]
         if not ids.size:
             return {}
-        terms = self.term_of[ids]
-        a_flat = np.zeros(len(self.map.terms), np.float32)
-        np.add.at(a_flat, terms, a[ids].astype(np.float32))
-        hit = np.unique(terms)
-        hit = hit[a_flat[hit] > 0]
-        return dict(zip((self.map.terms[i] for i in hit.tolist()), a_flat[hit]))
+        terms, slot = np.unique(self.live_terms[ids], return_inverse=True)
+        sums = np.zeros(len(terms), np.float32)
+        np.add.at(sums, slot, a[ids].astype(np.float32))
+        return dict(zip((self.map.terms[i] for i in terms.tolist()), sums))
 
     def columns(self, bm25) -> ColumnMap:
         m = self.map.matrix(bm25.columns).T.tocoo()

@@ -87,3 +87,27 @@ def test_onnx_export_keeps_threshold_and_layer_count(offline_model, tmp_path):
     added = {t: w for t, w in got.items() if t not in own}
     assert added and min(added.values()) > 0.3
     assert all(t in got for t, w in ref.items() if w >= 0.5)
+
+
+def test_onnx_graph_computes_only_live_rows(flat_model, tmp_path):
+    """The export computes a(q) only on the target's live entries (for flat, the whole-word
+    entries of the map, three quarters of the vocabulary): its head has one row per live entry,
+    and the fp32 forward on those rows equals the full forward's live part."""
+    import onnx
+    import torch
+
+    flat_model.save_pretrained(tmp_path / "flat")
+    fast = load_encoder(tmp_path / "flat", "onnx-int8")
+    live = torch.from_numpy(fast.target.live)
+    vocab = flat_model.config.vocab_size
+    assert 0.5 * vocab < len(live) < 0.9 * vocab
+    enc = flat_model.tokenize(QUERIES)
+    with torch.no_grad():
+        full = flat_model(enc["input_ids"], enc["attention_mask"]).augmentation
+        rows = flat_model(enc["input_ids"], enc["attention_mask"], rows=live).augmentation
+    assert rows.shape == (len(QUERIES), len(live))
+    assert torch.allclose(rows, full[:, live], rtol=1e-6, atol=1e-6)
+    heads = [list(t.dims) for t in onnx.load(fast.session._model_path).graph.initializer if len(t.dims) == 2]
+    assert [384, len(live)] in heads and [384, vocab] not in heads  # the head's weight, int8, pruned
+    w, a = fast.session.run(None, {k: v.numpy() for k, v in enc.items()})
+    assert a.shape == (len(QUERIES), len(live))

@@ -67,7 +67,8 @@ def test_augmentation_gate_keeps_reweighting_only(offline_model):
 
     q = "does vitamin d affect birth weight"
     enc = offline_model.tokenize([q])
-    n = int((offline_model.eval()(enc["input_ids"], enc["attention_mask"]).augmentation > 0).sum())
+    a = offline_model.eval()(enc["input_ids"], enc["attention_mask"]).augmentation
+    n = int((offline_model.target.live_part(a) > 0).sum())
     assert n > 1
     gated = QueryAugmenter(replace(offline_model.config, aug_gate=n - 1), offline_model.encoder,
                            offline_model.tokenizer).eval()
