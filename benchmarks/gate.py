@@ -4,7 +4,7 @@ chosen on dev sets only.
     python benchmarks/gate.py --checkpoint checkpoints/scifact [--quantiles 0.9 0.95 0.99 1.0]
 
 The gate (``bm25aug.targets``) keeps a(q) only for queries where it has at most ``aug_gate``
-non-zero entries, ``aug_gate`` being a quantile of the training queries' counts
+non-zero entries that can reach an index term, ``aug_gate`` being a quantile of the training queries' counts
 (``train.py``'s ``gate_quantile``, 0.95 by default). For each quantile this recomputes the gate
 from the run's own training queries and reports: nDCG@10 (Acc@5 for QA sets), added terms and
 added-term precision by weight (qrels sets) on the run's dev slice
