@@ -148,3 +148,24 @@ def test_long_query_keeps_every_term(target, offline_model, scifact_wp, scifact_
     assert sum(plain.values()) >= 250 and terms.keys() == plain.keys()  # nothing lost
     outside = [t for t in plain if terms[t] == plain[t]]  # only beyond the window: BM25's count
     assert outside and sum(terms.values()) < sum(plain.values())  # inside: w = 0.5 per occurrence
+
+
+def test_gate_counts_only_entries_that_reach_a_term(flat_model):
+    """Entries of a(q) that reach no flat term (## pieces, stopwords) add nothing, so the gate does
+    not count them: with ``aug_gate`` 1, one whole-word entry passes however many dead ones fire."""
+    from dataclasses import replace
+
+    from bm25aug.targets import make_target
+
+    tok = flat_model.tokenizer
+    target = make_target(tok, replace(flat_model.config, aug_gate=1))
+    batch = target.batch(["cats chase mice"])
+    a = np.zeros((1, len(tok)), np.float32)
+    a[0, tok.convert_tokens_to_ids(["##s", "##ing", "the", "and"])] = 2.0  # dead: reach no term
+    a[0, tok.convert_tokens_to_ids("dog")] = 0.5
+    w = np.ones_like(batch.input_ids, dtype=np.float32)
+    assert target.use_augmentation(batch, target.live_part(a)).tolist() == [True]
+    assert target.term_lists(batch, w, target.live_part(a))[0]["dog"] == pytest.approx(0.5)
+    a[0, tok.convert_tokens_to_ids("bird")] = 0.5  # a second live entry: over the gate
+    assert target.use_augmentation(batch, target.live_part(a)).tolist() == [False]
+    assert "dog" not in target.term_lists(batch, w, target.live_part(a))[0]
