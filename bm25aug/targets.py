@@ -105,8 +105,13 @@ class Target:
         reweighting and gets no added terms."""
         keep = batch.has_tokens.copy()
         if self.config.aug_gate:
-            keep &= np.count_nonzero(a > 0, axis=1) <= self.config.aug_gate
+            keep &= self.gate_counts(a) <= self.config.aug_gate
         return keep
+
+    def gate_counts(self, a: np.ndarray) -> np.ndarray:
+        """What the gate counts per query (and ``calibrate_gate`` takes a quantile of): the
+        non-zero entries of a(q) on the live entries (B x len(live))."""
+        return np.count_nonzero(a > 0, axis=1)
 
     # ------------------------------------------------------------------------------ search side
     def term_lists(self, batch: QueryBatch, w: np.ndarray, a: np.ndarray) -> list[dict[str, float]]:

@@ -415,14 +415,13 @@ class Trainer:
 
 @torch.no_grad()
 def calibrate_gate(model: QueryAugmenter, queries: list[str], quantile: float) -> int:
-    """The ``quantile`` of the number of non-zero a(q) entries over ``queries`` (live entries, as
-    ``Target.use_augmentation`` counts them): the most terms the model proposes for queries like
-    those it was trained on (at least 1)."""
+    """The ``quantile`` of the gate's count (``Target.gate_counts``) over ``queries``: the most
+    terms the model proposes for queries like those it was trained on (at least 1)."""
     counts = []
     for lo in range(0, len(queries), 64):
         enc = model.tokenize(queries[lo:lo + 64])  # a(q) needs no term occurrences (no Lucene analysis)
         out = model(enc["input_ids"], enc["attention_mask"])
-        counts.extend((model.target.live_part(out.augmentation) > 0).sum(dim=1).tolist())
+        counts.extend(model.target.gate_counts(model.target.live_part(out.augmentation).numpy()).tolist())
     return max(1, int(math.ceil(np.quantile(counts, quantile)))) if counts else 0
 
 
