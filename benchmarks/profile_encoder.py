@@ -23,7 +23,7 @@ import numpy as np
 from bm25aug.data import load_dataset
 from bm25aug.errors import UserError
 from bm25aug.experiment import resolve_checkpoint
-from bm25aug.fast_encoder import load_encoder
+from bm25aug.fast_encoder import load_encoder, onnx_session
 
 
 def stage_times(encoder, queries: list[str]) -> dict[str, float]:
@@ -45,12 +45,7 @@ def stage_times(encoder, queries: list[str]) -> dict[str, float]:
 
 def operator_times(model_path: str, encoder, queries: list[str]) -> dict[str, float]:
     """ms per query per operator type (the a(q) head's MatMul and ``weight_head`` apart)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    options.enable_profiling, options.log_severity_level = True, 3
-    session = ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
+    session = onnx_session(Path(model_path), profile=True)
     for query in queries:
         batch = encoder.target.batch([query])
         session.run(None, {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask})

@@ -32,7 +32,13 @@ ONNX_DIR = "onnx"
 ONNX_FILE = "model.int8.onnx"
 SOURCE_FILE = "source.json"
 # Bumped whenever export_onnx changes what it writes, so that older exports are made again.
-RECIPE = "outputs w and a on live entries; eager attention, onnxruntime bert fusion, dynamic int8 per channel"
+RECIPE = ("outputs w and a on live entries; eager attention, onnxruntime bert fusion without SkipLayerNormalization, "
+          "dynamic int8 per channel")
+# ONNX Runtime's fused residual + LayerNorm kernel: left out of the graph and of the session's own
+# fusions. Since onnxruntime 1.30 its CPU kernel is a scalar loop, about 5x slower than the plain
+# LayerNormalization kernel after an Add (12 of them cost a query ~0.45 ms;
+# ``benchmarks/profile_encoder.py`` lists the operators).
+UNFUSED = ["SkipLayerNormFusion"]
 CACHE_DIR = CACHE_ROOT / "onnx"
 
 
@@ -64,6 +70,7 @@ def export_onnx(model: QueryAugmenter, folder: Path, source: str) -> Path:
     """Export ``model`` to ONNX, quantize its MatMuls to int8, and write both atomically."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
 
     with atomic_dir(folder, SOURCE_FILE, what="an ONNX export of bm25aug") as tmp:
@@ -84,9 +91,10 @@ def export_onnx(model: QueryAugmenter, folder: Path, source: str) -> Path:
         # Fuse attention, layer norms and GELU into ONNX Runtime's BERT kernels, then quantize every
         # MatMul (and the fused attention) to int8 with one scale per output channel: one scale per
         # tensor ran ~5% faster but drifted twice as far from fp32 (tests/test_fast_encoder.py).
-        config = model.encoder.config
+        config, fusions = model.encoder.config, FusionOptions("bert")
+        fusions.enable_skip_layer_norm = fusions.enable_bias_skip_layer_norm = False  # see UNFUSED
         fused = optimize_model(str(tmp / "model.fp32.onnx"), model_type="bert", num_heads=config.num_attention_heads,
-                               hidden_size=config.hidden_size, opt_level=1)
+                               hidden_size=config.hidden_size, opt_level=1, optimization_options=fusions)
         fused.save_model_to_file(str(tmp / "model.fused.onnx"))
         quantize_dynamic(str(tmp / "model.fused.onnx"), str(tmp / ONNX_FILE), weight_type=QuantType.QInt8,
                          per_channel=True, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
@@ -96,17 +104,22 @@ def export_onnx(model: QueryAugmenter, folder: Path, source: str) -> Path:
     return folder / ONNX_FILE
 
 
+def onnx_session(path: Path, profile: bool = False):
+    """An ONNX Runtime session for an export: one thread (latency is per query; batch search
+    parallelizes Lucene instead), CPU, the fusions of ``UNFUSED`` off."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    options.enable_profiling, options.log_severity_level = profile, 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"], disabled_optimizers=UNFUSED)
+
+
 class OnnxQueryEncoder:
     """``encode`` as ``QueryAugmenter.encode`` does it, through ONNX Runtime on one thread."""
 
     def __init__(self, path: Path, model: QueryAugmenter):
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1  # latency is per query; batch search parallelizes Lucene instead
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.session = onnx_session(path)
         self.config, self.tokenizer, self.target = model.config, model.tokenizer, model.target
 
     def encode(self, queries: list[str]) -> list[dict[str, float]]:
