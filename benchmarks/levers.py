@@ -38,6 +38,7 @@ LEVERS: dict[str, list[str]] = {
                                                            "--encoder-layers", "2", "--aug-threshold", "0.1"],
     "flat, w floor 1, 800 pseudo-queries": ["--target", "flat", "--weight-floor", "1", "--pseudo-queries", "800"],
     "flat, w floor 1, 4 hard negatives": ["--target", "flat", "--weight-floor", "1", "--hard-negatives", "4"],
+    "flat, w floor 1, 20 epochs": ["--target", "flat", "--weight-floor", "1", "--epochs", "20"],
     # Seed 14 (its own dev slice, so compare these two with each other only).
     "flat, w floor 1 (the default), seed 14": ["--target", "flat", "--weight-floor", "1", "--seed", "14"],
     "flat, w floor 1, 2 encoder layers, seed 14": ["--target", "flat", "--weight-floor", "1", "--encoder-layers", "2",
