@@ -195,6 +195,14 @@ class LuceneIndex:
         self._sorted_ids = self.docids[self._by_id].astype(str)
         self.id_rank = np.empty(len(self.docids), np.int64)
         self.id_rank[self._by_id] = np.arange(len(self.docids))
+        self._df: dict[tuple[str, str], int] = {}  # a model proposes terms from a fixed vocabulary
+
+    def doc_freq(self, term: str, field: str = FIELD) -> int:
+        """Documents that contain ``term`` (not analyzed), cached per term."""
+        if (df := self._df.get((field, term))) is None:
+            with JNI_LOCK:
+                df = self._df[field, term] = int(self.reader.docFreq(jclass("org.apache.lucene.index.Term")(field, term)))
+        return df
 
     def close(self) -> None:
         with JNI_LOCK:

@@ -89,6 +89,11 @@ class BM25Searcher:
             return EMPTY
         return self.index.search(self.index.weighted_query(terms), k)
 
+    def indexed(self, terms: dict[str, float]) -> dict[str, float]:
+        """``terms`` less those the index lacks: a model may propose a word no document has, and
+        such a term matches nothing (a no-op in Lucene) but would count as an added term."""
+        return {t: w for t, w in terms.items() if self.index.doc_freq(t)}
+
     def hits(self, top: TopK) -> list[Hit]:
         return to_hits(self.index.docids, top)
 
@@ -221,9 +226,13 @@ class AugmentedSearcher:
                    top_k, threshold)
 
     def term_lists(self, queries: list[str]) -> list[dict[str, float]]:
+        """The model's term lists (as ``bm25aug export`` writes them) less the terms this index
+        lacks: they match nothing, so the ranking is the same, and ``added`` shows only terms
+        that can score."""
         from bm25aug.export import encode_queries
 
-        return encode_queries(self.model, queries, top_k=self.top_k, threshold=self.threshold, progress=False)
+        lists = encode_queries(self.model, queries, top_k=self.top_k, threshold=self.threshold, progress=False)
+        return [self.searcher.indexed(terms) for terms in lists]
 
     def augment(self, query: str) -> AugmentedQuery:
         terms = self.term_lists([query])[0] if check_query(query).strip() else {}

@@ -381,7 +381,7 @@ class Trainer:
         qids = sorted(self.dev.queries)
         texts = [self.dev.queries[q] for q in qids]
         vectors = ([self.searcher.query_terms(t) for t in texts] if baseline
-                   else encode_queries(self.model, texts, progress=False))
+                   else [self.searcher.indexed(v) for v in encode_queries(self.model, texts, progress=False)])
         run = parallel_map(lambda v: self.searcher.search_terms(v, self.config.dev_depth), vectors, qids,
                            self.config.threads)
         # QA: Acc@5, the paper's first QA metric (Acc@20 saturates on small corpora: 1.0 for BM25 on SQuAD).

@@ -99,3 +99,23 @@ def test_scifact_run_file_rescoring(method, scifact, tmp_path):
                        "--json-out", str(tmp_path / "r.json"))
     assert rescored.returncode == 0, rescored.stderr
     assert json.loads((tmp_path / "r.json").read_text())["ndcg@10"] == pytest.approx(m["ndcg@10"])
+
+
+def test_augmented_term_lists_leave_out_terms_the_index_lacks(tiny_wp, flat_model):
+    """Proposed terms no document has are dropped (they match nothing): the ranking is the
+    exported list's, and ``added`` shows only terms that can score."""
+    from bm25aug.export import encode_queries
+    from bm25aug.search import AugmentedSearcher, BM25Searcher
+
+    _, _, flat = tiny_wp
+    searcher = BM25Searcher(flat)
+    augmented = AugmentedSearcher(flat_model, searcher)
+    query = "big cats and lions"
+    exported = encode_queries(flat_model, [query], progress=False)[0]
+    terms = augmented.term_lists([query])[0]
+    lacking = exported.keys() - terms.keys()
+    assert lacking and all(searcher.index.doc_freq(t) == 0 for t in lacking)
+    assert all(searcher.index.doc_freq(t) > 0 for t in terms)
+    assert terms == {t: w for t, w in exported.items() if t not in lacking}
+    assert augmented.search(query, 10) == searcher.search_terms(exported, 10)
+    assert not lacking & augmented.augment(query).added.keys()
