@@ -43,6 +43,7 @@ LEVERS: dict[str, list[str]] = {
     "flat, w floor 1 (the default), seed 14": ["--target", "flat", "--weight-floor", "1", "--seed", "14"],
     "flat, w floor 1, 2 encoder layers, seed 14": ["--target", "flat", "--weight-floor", "1", "--encoder-layers", "2",
                                                    "--seed", "14"],
+    "flat, w floor 1, 20 epochs, seed 14": ["--target", "flat", "--weight-floor", "1", "--epochs", "20", "--seed", "14"],
 }
 TRANSFER_SPLIT = {"nfcorpus": "dev", "scifact": "train", "squad": "train"}  # never the test split
 
