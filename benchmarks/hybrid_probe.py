@@ -89,7 +89,7 @@ def evaluate(model: QueryAugmenter, fields: Fields, target, cmap, split: Split, 
     if baseline:
         w, a = torch.ones_like(w), torch.zeros_like(a)
     elif gated:
-        a = a * torch.from_numpy(target.use_augmentation(qb, target.live_part(a).numpy())).unsqueeze(1)
+        a = target.gated(qb, a)
     scores = fields.scores(target.boosts(qb, w, torch.zeros_like(a), cmap), a, rows).numpy()
     run = {}
     for qid, row in zip(qids, scores):

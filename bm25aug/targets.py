@@ -108,6 +108,12 @@ class Target:
             keep &= self.gate_counts(a) <= self.config.aug_gate
         return keep
 
+    def gated(self, batch: QueryBatch, a: torch.Tensor) -> torch.Tensor:
+        """a(q) over the vocabulary (B x V, torch, as training scores it) zeroed for the queries
+        ``use_augmentation`` drops, so that torch scores what search sends."""
+        use_a = self.use_augmentation(batch, self.live_part(a.detach()).cpu().numpy())
+        return a * torch.as_tensor(use_a, device=a.device).unsqueeze(1)
+
     def gate_counts(self, a: np.ndarray) -> np.ndarray:
         """What the gate counts per query (and ``calibrate_gate`` takes a quantile of): the
         non-zero entries of a(q) on the live entries (B x len(live))."""
@@ -160,9 +166,7 @@ class Target:
         where = torch.tensor(flat_index, dtype=torch.long, device=dev)
         term_w = torch.zeros(n * width, dtype=dtype, device=dev).index_add(0, where, occ).view(n, width)
         bow = torch.zeros(n * width, dtype=dtype, device=dev).index_add(0, where, torch.ones_like(occ)).view(n, width)
-        use_a = self.use_augmentation(batch, self.live_part(a.detach()).cpu().numpy())
-        a = a * torch.as_tensor(use_a, device=dev).unsqueeze(1)
-        a_cols = cmap.project(a)
+        a_cols = cmap.project(self.gated(batch, a))
         return torch.where(bow > 0, term_w * (1 + a_cols), a_cols)
 
 
