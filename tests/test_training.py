@@ -67,6 +67,10 @@ def test_presets_follow_the_paper():
     assert (nq.lr, nq.batch_size, nq.lam, nq.epochs, nq.hard_negatives) == (3e-4, 144, 0.1, 45, 1)
     mm = TrainConfig.for_dataset("msmarco", epochs=1)
     assert (mm.lr, mm.lam, mm.hard_negatives, mm.epochs) == (3e-5, 0.025, 4, 1)
+    # SciFact differs from the other small sets only in its epochs; an override still wins.
+    scifact, nfcorpus = TrainConfig.for_dataset("scifact"), TrainConfig.for_dataset("nfcorpus")
+    assert (scifact.epochs, nfcorpus.epochs, TrainConfig.for_dataset("scifact", epochs=6).epochs) == (20, 6, 6)
+    assert {**vars(scifact), "epochs": 6, "dataset": "nfcorpus"} == vars(nfcorpus)
 
 
 @pytest.mark.parametrize("bad", [dict(gate_quantile=1.5), dict(pseudo_queries=-1), dict(aug_threshold=-0.1),
