@@ -19,9 +19,10 @@ log = logging.getLogger("bm25aug")
 
 
 def _setup_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for noisy in ("jnius", "urllib3", "httpx", "filelock", "matplotlib", "transformers", "datasets"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    """Our own progress at INFO; every other library (onnxruntime's quantizer logs each tensor on the
+    root logger, jnius, transformers, ...) only at WARNING."""
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("bm25aug").setLevel(logging.INFO)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
