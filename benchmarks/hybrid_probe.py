@@ -59,7 +59,7 @@ class HybridTrainer(Trainer):
         self.loss = AugmentationLoss(self.fields.wp, wp_target.columns(self.fields.wp), config.lam,
                                      config.uniform_l1, config.penalty_floor)
 
-    def _loss(self, qb, w, a, rows, mask):
+    def _loss(self, qb, w, a, rows, mask, relevant=None):
         flat_boosts = self.target.boosts(qb, w, torch.zeros_like(a), self.cmap)
         scores = self.fields.scores(flat_boosts, a, rows)
         return self.loss(a, scores, torch.arange(len(qb.terms), device=self.device), mask)

@@ -44,11 +44,27 @@ LEVERS: dict[str, list[str]] = {
     "flat, w floor 1, 20 epochs": ["--target", "flat", "--weight-floor", "1", "--epochs", "20"],
     "flat, w floor 1, 20 epochs, a threshold 0.1": ["--target", "flat", "--weight-floor", "1", "--epochs", "20",
                                                     "--aug-threshold", "0.1"],
+    "flat, w floor 1, 20 epochs, off-positive penalty 1": ["--target", "flat", "--weight-floor", "1", "--epochs", "20",
+                                                           "--off-positive-penalty", "1"],
+    "flat, w floor 1, 20 epochs, off-positive penalty 0.1": ["--target", "flat", "--weight-floor", "1", "--epochs",
+                                                             "20", "--off-positive-penalty", "0.1"],
+    "flat, w floor 1, 20 epochs, 2 encoder layers": ["--target", "flat", "--weight-floor", "1", "--epochs", "20",
+                                                     "--encoder-layers", "2"],
+    "flat, w floor 1, 20 epochs, EMA 0.99": ["--target", "flat", "--weight-floor", "1", "--epochs", "20",
+                                             "--ema-decay", "0.99"],
+    "flat, w floor 1, 20 epochs, FLOPS 1": ["--target", "flat", "--weight-floor", "1", "--epochs", "20",
+                                            "--flops", "1"],
+    "flat, w floor 1, 20 epochs, FLOPS 0.1": ["--target", "flat", "--weight-floor", "1", "--epochs", "20",
+                                              "--flops", "0.1"],
     # Seed 14 (its own dev slice, so compare these two with each other only).
     "flat, w floor 1 (the default at 6 epochs), seed 14": ["--target", "flat", "--weight-floor", "1", "--seed", "14"],
     "flat, w floor 1, 2 encoder layers, seed 14": ["--target", "flat", "--weight-floor", "1", "--encoder-layers", "2",
                                                    "--seed", "14"],
     "flat, w floor 1, 20 epochs, seed 14": ["--target", "flat", "--weight-floor", "1", "--epochs", "20", "--seed", "14"],
+    "flat, w floor 1, 20 epochs, 2 encoder layers, seed 14": ["--target", "flat", "--weight-floor", "1", "--epochs",
+                                                              "20", "--encoder-layers", "2", "--seed", "14"],
+    "flat, w floor 1, 20 epochs, EMA 0.99, seed 14": ["--target", "flat", "--weight-floor", "1", "--epochs", "20",
+                                                      "--ema-decay", "0.99", "--seed", "14"],
 }
 TRANSFER_SPLIT = {"nfcorpus": "dev", "scifact": "train", "squad": "train"}  # never the test split
 

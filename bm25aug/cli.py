@@ -64,8 +64,11 @@ def cmd_train(args) -> None:
     start = time.perf_counter()
     result = Trainer(config, dataset, index, resume=args.resume).train()
     reference = result["history"][0]  # epoch 0: plain BM25 on the target's index, same dev queries
+    selection = result["selection"]
+    plain = (f"; no significant gain over BM25 (one-sided p = {selection['p_value']:.2g}), so the model is "
+             f"plain BM25 (w = 1, a = 0)" if selection and not selection["kept"] else "")
     print(f"best dev {reference['dev_metric_name']}: {result['best_dev_metric']:.4f} "
-          f"(BM25 {config.target} on the same dev queries: {reference['dev_metric']:.4f}); "
+          f"(BM25 {config.target} on the same dev queries: {reference['dev_metric']:.4f}){plain}; "
           f"model: {config.output_dir}/best ({time.perf_counter() - start:.0f} s)")
 
 
@@ -138,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--encoder", help="HF model name or path (default: distilbert-base-uncased, else offline MiniLM)")
     for name, typ in (("epochs", int), ("batch_size", int), ("lr", float), ("head_lr", float), ("lam", float),
                       ("hard_negatives", int), ("negative_depth", int), ("seed", int), ("dev_size", int),
-                      ("weight_floor", float), ("penalty_floor", float)):
+                      ("weight_floor", float), ("penalty_floor", float),
+                      ("off_positive_penalty", float), ("ema_decay", float), ("flops", float)):
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=typ, help="default: the dataset's preset")
     p.add_argument("--aug-threshold", type=float, help="zero a(q) entries at or below this, in training and search "
                                                        "alike (learned pruning; default 0)")

@@ -23,11 +23,14 @@ log = logging.getLogger(__name__)
 QA_KS = (1, 5, 20, 100)
 
 
+def _trec_run(run: dict[str, list[Hit]], qrels: dict[str, dict[str, int]], depth: int | None = None) -> dict:
+    return {q: {h.docid: float(h.score) for h in run.get(q, [])[:depth]} for q in qrels}
+
+
 def evaluate_qrels(run: dict[str, list[Hit]], qrels: dict[str, dict[str, int]]) -> dict[str, float]:
     """nDCG@10, R@100, capped R@100, MRR@10 and MAP, averaged over the judged queries."""
     qrels = {q: r for q, r in qrels.items() if r}
-    trec_run = {q: {h.docid: float(h.score) for h in run.get(q, [])} for q in qrels}
-    top10 = {q: {h.docid: float(h.score) for h in run.get(q, [])[:10]} for q in qrels}
+    trec_run, top10 = _trec_run(run, qrels), _trec_run(run, qrels, 10)
     full = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.100", "map"}).evaluate(trec_run)
     rr = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(top10)
     n = len(qrels)
@@ -80,16 +83,31 @@ def has_answer(answers: list[str], text: str) -> bool:
 def evaluate_answers(run: dict[str, list[Hit]], answers: dict[str, list[str]], corpus: Mapping[str, Document],
                      ks: tuple[int, ...] = QA_KS) -> dict[str, float]:
     """Acc@k: share of questions whose top k passages contain an answer string."""
-    kmax = max(ks)
-    first_hit = []
-    for qid, ans in answers.items():
-        rank = next((i for i, h in enumerate(run.get(qid, [])[:kmax])
-                     if h.docid in corpus and has_answer(ans, corpus[h.docid].text)), None)
-        first_hit.append(np.inf if rank is None else rank)
-    first = np.asarray(first_hit, dtype=float)
+    first = np.asarray(list(first_answer_ranks(run, answers, corpus, max(ks)).values()), dtype=float)
     metrics = {f"acc@{k}": float(np.mean(first < k)) if len(first) else 0.0 for k in ks}
     metrics["num_queries"] = len(first)
     return metrics
+
+
+def first_answer_ranks(run: dict[str, list[Hit]], answers: dict[str, list[str]], corpus: Mapping[str, Document],
+                       depth: int) -> dict[str, float]:
+    """Per question, the 0-based rank of the first passage in the top ``depth`` with an answer (inf: none)."""
+    ranks = {}
+    for qid, ans in answers.items():
+        rank = next((i for i, h in enumerate(run.get(qid, [])[:depth])
+                     if h.docid in corpus and has_answer(ans, corpus[h.docid].text)), None)
+        ranks[qid] = np.inf if rank is None else float(rank)
+    return ranks
+
+
+def per_query(run: dict[str, list[Hit]], split, corpus: Mapping[str, Document]) -> tuple[str, dict[str, float]]:
+    """The split's main metric per judged query, nDCG@10 (or Acc@5 for QA), with its name: what
+    a paired comparison of two runs on the same queries needs."""
+    if split.answers:
+        return "acc@5", {q: float(r < 5) for q, r in first_answer_ranks(run, split.answers, corpus, 5).items()}
+    qrels = {q: r for q, r in split.qrels.items() if r}
+    got = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(_trec_run(run, qrels))
+    return "ndcg@10", {q: got.get(q, {}).get("ndcg_cut_10", 0.0) for q in qrels}
 
 
 def evaluate_split(run: dict[str, list[Hit]], split, corpus: Mapping[str, Document]) -> dict[str, float]:

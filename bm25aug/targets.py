@@ -179,11 +179,16 @@ class ColumnMap:
     matrix: torch.Tensor | None  # sparse, columns x vocabulary; None: a is already in columns (wp)
 
     def project(self, a: torch.Tensor) -> torch.Tensor:
+        """Vocabulary → columns (B x V → B x T): each term gets the sum of its entries."""
         return a if self.matrix is None else torch.sparse.mm(self.matrix.to(a.device), a.t()).t()
+
+    def pull(self, x: torch.Tensor) -> torch.Tensor:
+        """Columns → vocabulary (B x T → B x V): each entry gets the value of the term it reaches (0: none)."""
+        return x if self.matrix is None else torch.sparse.mm(self.matrix.t().to(x.device), x.t()).t()
 
     def vocab_df(self, df: torch.Tensor) -> torch.Tensor:
         """Document frequency seen by each vocabulary entry through the map (0: it reaches no term)."""
-        return df if self.matrix is None else torch.sparse.mm(self.matrix.t(), df.unsqueeze(1)).squeeze(1)
+        return self.pull(df.unsqueeze(0)).squeeze(0)
 
 
 class WordPieceTarget(Target):

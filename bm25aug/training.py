@@ -10,13 +10,14 @@ Output directory:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import random
 from collections import Counter
 from io import BytesIO
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ from bm25aug.progress import progress
 
 from bm25aug.data import Dataset, Split
 from bm25aug.errors import UserError
-from bm25aug.evaluation import evaluate_split, has_answer
+from bm25aug.evaluation import has_answer, per_query
 from bm25aug.export import encode_queries
 from bm25aug.io import atomic_dir, atomic_write_bytes, write_json, write_jsonl
 from bm25aug.model import CONFIG_NAME, QueryAugmenter
@@ -52,6 +53,19 @@ class TrainConfig:
     lam: float = 0.1  # λ of the sparsity penalty
     uniform_l1: bool = False  # ablation: penalty 1 for every term instead of sqrt(df/N)
     penalty_floor: float = 0.0  # the L1 penalty of a term is at least this (rare terms are otherwise nearly free)
+    # The L1 penalty of an a(q) entry whose term is in none of the query's judged-relevant documents
+    # is at least this (0: the paper's penalty alone). Such a term can only raise other documents.
+    off_positive_penalty: float = 0.0
+    # Dev checks and best/ use an exponential moving average of the weights, with this decay per
+    # step (0: the raw weights): one epoch's weights are a noisy pick on a 100-query dev slice.
+    ema_decay: float = 0.0
+    # Weight of SPLADE's FLOPS regularizer on a(q): the squared mean of each entry over the batch.
+    # A word proposed for every query (a generic one) costs far more than one proposed for one.
+    flops: float = 0.0
+    # best/ must beat plain BM25 on the dev queries, by a paired one-sided t-test at this level;
+    # else it is plain BM25 itself (w ≡ 1, a ≡ 0), so that a model that learned nothing is never
+    # served as if it had (0: off).
+    significance: float = 0.05
     # After training, gate a(q) at this quantile of the training queries' non-zero counts (0: off);
     # 0.95 rather than 0.99 leaves dev scores as they were and cuts the terms guessed on other
     # sets' dev queries by 2-13x (benchmarks/gate.py, README "Targets").
@@ -91,7 +105,8 @@ class TrainConfig:
 
 # Values of settings added after the first release, for runs saved before they existed.
 _PREDATES = {"target": "wp", "weight_floor": 0.0, "pooling": None, "penalty_floor": 0.0, "negatives": "bm25",
-             "aug_threshold": 0.0, "encoder_layers": None, "pseudo_queries": 0}
+             "aug_threshold": 0.0, "encoder_layers": None, "pseudo_queries": 0, "off_positive_penalty": 0.0,
+             "ema_decay": 0.0, "flops": 0.0, "significance": 0.0}
 NEGATIVES = ("bm25", "dpr")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -127,21 +142,31 @@ class AugmentationLoss(nn.Module):
     target's map for ``flat``), at least ``penalty_floor``: with the paper's sqrt(df/N) alone a term
     in one document of 5,000 costs 0.014, so rare terms the ranking loss never sees stay in a(q)."""
 
-    def __init__(self, bm25: TorchBM25, cmap, lam: float, uniform_l1: bool, penalty_floor: float = 0.0):
+    def __init__(self, bm25: TorchBM25, cmap, lam: float, uniform_l1: bool, penalty_floor: float = 0.0,
+                 off_positive: float = 0.0, flops: float = 0.0):
         super().__init__()
         h = cmap.vocab_df(bm25.df) / bm25.num_docs
         # Terms the index lacks can never match: they get the full penalty so a(q) drops them.
         penalty = torch.ones_like(h) if uniform_l1 else torch.where(h > 0, h.sqrt(), torch.ones_like(h))
         penalty = penalty.clamp(min=penalty_floor)
         self.register_buffer("penalty", penalty)
-        self.lam = lam
+        self.lam, self.off_positive, self.flops = lam, off_positive, flops
 
     def forward(self, augmentation: torch.Tensor, scores: torch.Tensor, targets: torch.Tensor,
-                mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        """``scores``: BM25 of the batch's queries (rows) against its documents (columns)."""
+                mask: torch.Tensor, relevant: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """``scores``: BM25 of the batch's queries (rows) against its documents (columns).
+        ``relevant`` (queries x vocabulary, bool): entries whose term is in one of the query's
+        judged-relevant documents; the others cost at least ``off_positive``."""
         rank = nn.functional.cross_entropy(scores.masked_fill(mask, float("-inf")), targets)
-        reg = (augmentation * self.penalty).sum(dim=1).mean()
-        return {"loss": rank + self.lam * reg, "rank": rank.detach(), "reg": reg.detach()}
+        penalty = self.penalty
+        if self.off_positive and relevant is not None:
+            penalty = torch.where(relevant, penalty, penalty.clamp(min=self.off_positive))
+        reg = (augmentation * penalty).sum(dim=1).mean()
+        parts = {"loss": rank + self.lam * reg, "rank": rank.detach(), "reg": reg.detach()}
+        if self.flops:
+            flops = augmentation.mean(dim=0).square().sum()
+            parts.update(loss=parts["loss"] + self.flops * flops, flops=flops.detach())
+        return parts
 
 
 @dataclass
@@ -191,8 +216,12 @@ class Trainer:
         if not 0 <= config.gate_quantile <= 1:
             raise UserError(f"--gate-quantile {config.gate_quantile} is not a quantile; fix: pass a number "
                             f"from 0 (no gate) to 1")
-        if config.pseudo_queries < 0 or config.aug_threshold < 0:
-            raise UserError("--pseudo-queries and --aug-threshold cannot be negative; fix: pass 0 or more")
+        if not 0 <= config.ema_decay < 1:
+            raise UserError(f"--ema-decay {config.ema_decay} is not a decay; fix: pass a number from 0 (off) "
+                            f"to below 1, such as 0.99")
+        if min(config.pseudo_queries, config.aug_threshold, config.off_positive_penalty, config.flops) < 0:
+            raise UserError("--pseudo-queries, --aug-threshold, --off-positive-penalty and --flops cannot be "
+                            "negative; fix: pass 0 or more")
         self._check_output_dir(resume)
         self.resume = resume
         _seed_everything(config.seed)
@@ -215,7 +244,8 @@ class Trainer:
                               BM25Params(config.k1, config.b, bag_of_words=config.bag_of_words))
         self.target = self.model.target
         self.cmap = self.target.columns(self.bm25)
-        self.loss = AugmentationLoss(self.bm25, self.cmap, config.lam, config.uniform_l1, config.penalty_floor)
+        self.loss = AugmentationLoss(self.bm25, self.cmap, config.lam, config.uniform_l1, config.penalty_floor,
+                                     config.off_positive_penalty, config.flops)
         self.model.to(self.device)
         self.loss.to(self.device)
         train, self.dev, dev_how = dataset.train_dev(config.dev_size, config.seed)
@@ -233,6 +263,7 @@ class Trainer:
         self.bm25.prefetch([r for e in self.examples for r in (*e.positives, *e.negatives)], desc="read document terms")
         self.steps_per_epoch = math.ceil(len(self.examples) / config.batch_size)
         self.optimizer, self.scheduler = self._optimizer()
+        self.average = WeightAverage(self.model, config.ema_decay) if config.ema_decay else None
 
     def _hold_out_sentences(self) -> None:
         """A pseudo-query's positive becomes its document without the query's sentence (the Inverse
@@ -257,7 +288,8 @@ class Trainer:
             # weight floor); a moved run folder resumes where it now is; the gate is set after
             # training, so a resume may change it.
             changed = [f.name for f in fields(TrainConfig) if f.name not in ("epochs", "threads", "output_dir",
-                                                                               "gate_quantile", "device")
+                                                                               "gate_quantile", "device",
+                                                                               "significance")
                        and old.get(f.name, _PREDATES.get(f.name, f.default)) != getattr(self.config, f.name)]
             if changed:
                 raise UserError(f"--resume with settings that differ from the saved run ({', '.join(changed)}); "
@@ -312,27 +344,61 @@ class Trainer:
             rng.shuffle(order)
             self.model.train()
             bar = progress(range(self.steps_per_epoch), desc=f"epoch {epoch + 1}/{c.epochs}", unit="step")
-            sums = {"loss": 0.0, "rank": 0.0, "reg": 0.0}
+            sums: dict[str, float] = {}
             for i in bar:
                 batch = [self.examples[j] for j in order[i * c.batch_size:(i + 1) * c.batch_size]]
                 parts = self._step(batch, rng)
                 state["step"] += 1
-                for k in sums:
-                    sums[k] += float(parts[k].detach())
+                for k, v in parts.items():
+                    sums[k] = sums.get(k, 0.0) + float(v.detach())
                 bar.set_postfix(loss=f"{float(parts['loss'].detach()):.3f}", reg=f"{float(parts['reg']):.2f}")
-            record = {"epoch": epoch + 1, "step": state["step"],
-                      **{f"train_{k}": v / self.steps_per_epoch for k, v in sums.items()}, **self.evaluate_dev()}
+            with self._served_weights():
+                record = {"epoch": epoch + 1, "step": state["step"],
+                          **{f"train_{k}": v / self.steps_per_epoch for k, v in sums.items()}, **self.evaluate_dev()}
+                if record["dev_metric"] > state["best"]:
+                    state["best"] = record["dev_metric"]
+                    self.model.save_pretrained(self.out / "best")
             history.append(record)
             log.info("epoch %d: %s", epoch + 1, {k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()})
-            if record["dev_metric"] > state["best"]:
-                state["best"] = record["dev_metric"]
-                self.model.save_pretrained(self.out / "best")
             state["epoch"] = epoch + 1
             write_jsonl(log_path, history)
             self._save_state(state)
             plot_curves(history, self.out / "curves.png")
+        selection = self._check_significance()
         self._calibrate_gate()
-        return {"best_dev_metric": state["best"], "history": history}
+        return {"best_dev_metric": state["best"], "history": history, "selection": selection}
+
+    def _check_significance(self) -> dict | None:
+        """Keep best/ only when it beats plain BM25 on the dev queries (a paired one-sided t-test
+        over per-query scores at ``significance``); else best/ becomes plain BM25 (w ≡ 1, a ≡ 0).
+        The outcome goes to ``selection.json``."""
+        from scipy.stats import ttest_rel
+
+        best = self.out / "best"
+        saved = self.out / "selection.json"
+        if not self.config.significance or not (best / CONFIG_NAME).exists():
+            return None
+        model = QueryAugmenter.from_pretrained(best)
+        if not (model.config.use_weights or model.config.use_augmentation):
+            return json.loads(saved.read_text()) if saved.exists() else None  # plain BM25 already
+        name, base, _ = self._dev_scores(None)
+        _, got, _ = self._dev_scores(model.to(self.device))
+        qids = sorted(base)
+        differs = any(got[q] != base[q] for q in qids)
+        p = float(ttest_rel([got[q] for q in qids], [base[q] for q in qids], alternative="greater").pvalue) \
+            if differs else 1.0
+        selection = {"metric": name, "queries": len(qids), "model": float(np.mean([got[q] for q in qids])),
+                     "bm25": float(np.mean([base[q] for q in qids])), "p_value": p,
+                     "significance": self.config.significance, "kept": p < self.config.significance}
+        write_json(saved, selection)
+        if selection["kept"]:
+            log.info("best/ beats plain BM25 on dev (%s, one-sided p = %.2g)", name, p)
+            return selection
+        log.warning("best/ does not beat plain BM25 on dev significantly (%s, one-sided p = %.2g >= %g): best/ is "
+                    "now plain BM25 (w = 1, a = 0)", name, p, self.config.significance)
+        model.config = replace(model.config, use_weights=False, use_augmentation=False)
+        model.save_pretrained(best)
+        return selection
 
     def _calibrate_gate(self) -> None:
         """Set the best model's ``aug_gate`` from the training queries (see ``calibrate_gate``)."""
@@ -340,6 +406,8 @@ class Trainer:
         if not self.config.gate_quantile or not (best / CONFIG_NAME).exists():
             return
         model = QueryAugmenter.from_pretrained(best)
+        if not model.config.use_augmentation:
+            return  # a ≡ 0: nothing to gate
         gate = calibrate_gate(model, [e.query for e in self.examples], self.config.gate_quantile)
         if model.config.aug_gate != gate:
             model.config.aug_gate = gate
@@ -363,44 +431,69 @@ class Trainer:
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):  # the encoder; BM25 stays in float32
             out = self.model(ids, attention)
         w, a = out.token_weights.float(), out.augmentation.float()
-        parts = self._loss(qb, w, a, rows, mask.to(self.device))
+        parts = self._loss(qb, w, a, rows, mask.to(self.device), self._relevant(batch))
         self.optimizer.zero_grad(set_to_none=True)
         parts["loss"].backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
         self.scheduler.step()
+        if self.average:
+            self.average.update(self.model)
         return parts
 
-    def _loss(self, qb, w: torch.Tensor, a: torch.Tensor, rows: list[int], mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _served_weights(self):
+        """A context in which the model holds the weights that dev checks and best/ see."""
+        return self.average.swapped_into(self.model) if self.average else contextlib.nullcontext()
+
+    def _loss(self, qb, w: torch.Tensor, a: torch.Tensor, rows: list[int], mask: torch.Tensor,
+              relevant: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """The loss of one batch: query i's positive is document i (``benchmarks/hybrid_probe.py``
         overrides this to score two fields)."""
         scores = self.bm25.score(self.target.boosts(qb, w, a, self.cmap), rows)
-        return self.loss(a, scores, torch.arange(len(qb.terms), device=self.device), mask)
+        return self.loss(a, scores, torch.arange(len(qb.terms), device=self.device), mask, relevant)
+
+    def _relevant(self, batch: list[Example]) -> torch.Tensor | None:
+        """Queries x vocabulary: whether an a(q) entry reaches a term of one of the query's judged-
+        relevant documents (for ``off_positive_penalty``; None when that is off)."""
+        if not self.config.off_positive_penalty:
+            return None
+        rows = [sorted(self.qrels_rows[e.qid]) for e in batch]
+        docs = self.bm25.doc_matrix([r for rs in rows for r in rs]).to_dense()
+        owner = torch.repeat_interleave(torch.arange(len(rows)), torch.tensor([len(rs) for rs in rows]))
+        found = torch.zeros(len(rows), docs.shape[1]).index_add_(0, owner, docs)
+        return self.cmap.pull(found.to(self.device)) > 0
 
     @torch.no_grad()
     def evaluate_dev(self, baseline: bool = False) -> dict:
         """Dev quality of the exported term lists searched in Lucene, the way they will be used
         (``baseline``: the unaugmented BM25 query terms instead)."""
         self.model.eval()
+        name, scores, added = self._dev_scores(None if baseline else self.model)
+        self.model.train()
+        return {"dev_metric": float(sum(scores.values()) / len(scores)) if scores else 0.0,
+                "dev_metric_name": name, "dev_aug_terms": added}
+
+    @torch.no_grad()
+    def _dev_scores(self, model: QueryAugmenter | None) -> tuple[str, dict[str, float], float]:
+        """The dev queries' metric per query (nDCG@10; QA: Acc@5, the paper's first QA metric, as
+        Acc@20 saturates on small corpora) and the mean added terms, for ``model``'s term lists
+        (an eval-mode model) or plain BM25's (None)."""
         qids = sorted(self.dev.queries)
         texts = [self.dev.queries[q] for q in qids]
-        vectors = ([self.searcher.query_terms(t) for t in texts] if baseline
-                   else [self.searcher.indexed(v) for v in encode_queries(self.model, texts, progress=False)])
+        vectors = ([self.searcher.query_terms(t) for t in texts] if model is None
+                   else [self.searcher.indexed(v) for v in encode_queries(model, texts, progress=False)])
         run = parallel_map(lambda v: self.searcher.search_terms(v, self.config.dev_depth), vectors, qids,
                            self.config.threads)
-        # QA: Acc@5, the paper's first QA metric (Acc@20 saturates on small corpora: 1.0 for BM25 on SQuAD).
-        metric_name = "acc@5" if self.dev.answers else "ndcg@10"
-        metric = evaluate_split(run, self.dev, self.dataset.corpus)[metric_name]
-        self.model.train()
-        return {"dev_metric": metric, "dev_metric_name": metric_name,
-                "dev_aug_terms": mean_added_terms(self.searcher, texts, vectors)}
+        name, scores = per_query(run, self.dev, self.dataset.corpus)
+        return name, scores, mean_added_terms(self.searcher, texts, vectors)
 
     # ------------------------------------------------------------------------------ checkpoints
     def _save_state(self, state: dict) -> None:
         with atomic_dir(self.out / "last", CONFIG_NAME, what="a bm25aug checkpoint") as tmp:
             self.model.write_files(tmp)
             torch.save({"state": state, "optimizer": self.optimizer.state_dict(),
-                        "scheduler": self.scheduler.state_dict(), "torch_rng": torch.get_rng_state()},
+                        "scheduler": self.scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
+                        "average": self.average.state_dict() if self.average else None},
                        tmp / "trainer_state.pt")
 
     def _load_state(self) -> dict:
@@ -413,8 +506,50 @@ class Trainer:
         self.optimizer.load_state_dict(saved["optimizer"])
         self.scheduler.load_state_dict(saved["scheduler"])
         torch.set_rng_state(saved["torch_rng"])
+        if self.average:
+            self.average.load_state_dict(saved["average"])
         log.info("resuming %s after epoch %d", self.out, saved["state"]["epoch"])
         return saved["state"]
+
+
+class WeightAverage:
+    """An exponential moving average of a model's parameters, with the usual warm-up of the decay
+    (``min(decay, (1 + t) / (10 + t))`` at update t), so that the first epochs do not hold on to
+    the initial weights."""
+
+    def __init__(self, model: nn.Module, decay: float):
+        self.decay, self.updates = decay, 0
+        self.shadow = {name: p.detach().clone() for name, p in model.named_parameters()}
+
+    @torch.no_grad()
+    def update(self, model: nn.Module) -> None:
+        self.updates += 1
+        keep = min(self.decay, (1 + self.updates) / (10 + self.updates))
+        for name, p in model.named_parameters():
+            self.shadow[name].lerp_(p.detach(), 1 - keep)
+
+    @contextlib.contextmanager
+    def swapped_into(self, model: nn.Module):
+        """The model holds the averaged weights inside the block, its own ones again after it."""
+        params = dict(model.named_parameters())
+        raw = {name: p.detach().clone() for name, p in params.items()}
+        with torch.no_grad():
+            for name, p in params.items():
+                p.copy_(self.shadow[name])
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for name, p in params.items():
+                    p.copy_(raw[name])
+
+    def state_dict(self) -> dict:
+        return {"updates": self.updates, "shadow": self.shadow}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.updates = state["updates"]
+        for name, tensor in state["shadow"].items():
+            self.shadow[name].copy_(tensor)
 
 
 @torch.no_grad()

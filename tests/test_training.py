@@ -9,7 +9,8 @@ from bm25aug.training import TrainConfig, Trainer
 
 
 def tiny_config(out, **kw):
-    settings = dict(epochs=1, batch_size=4, dev_size=2, negative_depth=3, threads=1, target="wp") | kw
+    # No significance check: two dev queries cannot show a gain (its own test sets it).
+    settings = dict(epochs=1, batch_size=4, dev_size=2, negative_depth=3, threads=1, target="wp", significance=0.0) | kw
     return TrainConfig(dataset="tiny", output_dir=str(out), **settings)
 
 
@@ -74,9 +75,95 @@ def test_presets_follow_the_paper():
 
 
 @pytest.mark.parametrize("bad", [dict(gate_quantile=1.5), dict(pseudo_queries=-1), dict(aug_threshold=-0.1),
-                                 dict(negatives="mined")])
+                                 dict(negatives="mined"), dict(ema_decay=1.0)])
 def test_bad_settings_fail_before_anything_is_written(tiny_wp, tmp_path, bad):
     ds, wp, _ = tiny_wp
     with pytest.raises(UserError, match="fix:"):
         Trainer(tiny_config(tmp_path / "bad", **bad), ds, wp)
     assert not (tmp_path / "bad").exists()
+
+
+def test_off_positive_penalty_charges_terms_outside_the_relevant_documents(tiny_wp, tmp_path):
+    """An a(q) entry is 'relevant' exactly when its flat term occurs in one of the query's judged
+    documents; every other entry costs at least the off-positive penalty."""
+    import torch
+
+    from bm25aug.analysis import analyze
+
+    ds, _, flat = tiny_wp
+    trainer = Trainer(tiny_config(tmp_path / "r", target="flat", weight_floor=1.0, off_positive_penalty=1.0), ds, flat)
+    batch = trainer.examples[:3]
+    relevant = trainer._relevant(batch)
+    fmap = trainer.target.map
+    for example, row in zip(batch, relevant):
+        judged = [d for d, g in ds.split("train").qrels[example.qid].items() if g > 0]
+        found = set().union(*(analyze(ds.corpus[d].contents) for d in judged))
+        expected = {int(v) for v, t in zip(fmap.vocab_ids, fmap.term_ids) if fmap.terms[t] in found}
+        assert set(torch.nonzero(row).flatten().tolist()) == expected and expected
+    loss, vocab = trainer.loss, trainer.model.tokenizer.get_vocab()
+    inside = int(torch.nonzero(relevant[0])[0])
+    outside = vocab["galaxies"] if not relevant[0, vocab["galaxies"]] else vocab["sparrows"]
+    scores, targets, mask = torch.zeros(1, 1), torch.zeros(1, dtype=torch.long), torch.zeros(1, 1, dtype=torch.bool)
+    for entry, cost in ((inside, float(loss.penalty[inside])), (outside, 1.0)):
+        a = torch.zeros(1, len(vocab))
+        a[0, entry] = 1.0
+        assert float(loss(a, scores, targets, mask, relevant[:1])["reg"]) == pytest.approx(cost)
+    assert float(loss.penalty[inside]) < 1.0
+
+
+def test_weight_average_is_what_dev_checks_and_best_see_and_it_resumes(tiny_wp, tmp_path):
+    """With --ema-decay, best/ holds the averaged weights (last/ the raw ones, to resume from), and a
+    resumed run continues the same average."""
+    import torch
+
+    from bm25aug.model import QueryAugmenter
+
+    ds, wp, _ = tiny_wp
+    out = tmp_path / "ema"
+    trainer = Trainer(tiny_config(out, ema_decay=0.9), ds, wp)
+    trainer.train()  # one epoch: best/ is that epoch's check
+    best, last = (dict(QueryAugmenter.from_pretrained(out / d).named_parameters()) for d in ("best", "last"))
+    assert all(torch.equal(best[n], trainer.average.shadow[n]) for n in best)
+    assert not all(torch.equal(best[n], last[n]) for n in best)
+    resumed = Trainer(tiny_config(out, ema_decay=0.9, epochs=2), ds, wp, resume=True)
+    resumed._load_state()
+    assert resumed.average.updates == trainer.average.updates
+    assert all(torch.equal(resumed.average.shadow[n], trainer.average.shadow[n]) for n in best)
+
+
+def test_flops_charges_one_word_proposed_for_every_query_more_than_distinct_words(tiny_wp, tmp_path):
+    """Same L1 mass, four queries: one word shared by all costs 4x the FLOPS of four distinct words."""
+    import torch
+
+    ds, _, flat = tiny_wp
+    loss = Trainer(tiny_config(tmp_path / "f", target="flat", weight_floor=1.0, flops=1.0), ds, flat).loss
+    vocab = len(loss.penalty)
+    scores, targets, mask = torch.zeros(4, 4), torch.arange(4), torch.zeros(4, 4, dtype=torch.bool)
+    shared, distinct = torch.zeros(4, vocab), torch.zeros(4, vocab)
+    shared[:, 2000] = 0.5
+    distinct[torch.arange(4), torch.tensor([2000, 2001, 2002, 2003])] = 0.5
+    got = {name: loss(a, scores, targets, mask) for name, a in (("shared", shared), ("distinct", distinct))}
+    assert float(got["shared"]["flops"]) == pytest.approx(0.25)
+    assert float(got["distinct"]["flops"]) == pytest.approx(0.0625)
+    rank = float(got["shared"]["rank"])
+    assert float(got["shared"]["loss"]) == pytest.approx(rank + 0.1 * float(got["shared"]["reg"]) + 0.25)
+
+
+def test_a_model_that_does_not_beat_bm25_on_dev_is_served_as_plain_bm25(tiny_wp, tmp_path):
+    """At a significance level no tiny run can reach, best/ becomes plain BM25 (w ≡ 1, a ≡ 0): its
+    term lists are the query's own flat terms, and selection.json says why."""
+    from bm25aug.model import QueryAugmenter
+    from bm25aug.search import BM25Searcher
+
+    ds, _, flat = tiny_wp
+    out = tmp_path / "plain"
+    Trainer(tiny_config(out, target="flat", weight_floor=1.0, significance=1e-12), ds, flat).train()
+    selection = json.loads((out / "selection.json").read_text())
+    assert not selection["kept"] and selection["p_value"] >= 1e-12 and selection["metric"] == "ndcg@10"
+    model = QueryAugmenter.from_pretrained(out / "best")
+    assert not model.config.use_weights and not model.config.use_augmentation
+    searcher = BM25Searcher(flat)
+    for query in ("cats and a mat", "dogs barking at the mailman"):
+        assert model.encode([query])[0] == searcher.query_terms(query)
+    Trainer(tiny_config(tmp_path / "off", target="flat", weight_floor=1.0, significance=0.0), ds, flat).train()
+    assert not (tmp_path / "off" / "selection.json").exists()
