@@ -3,7 +3,7 @@
     python benchmarks/sweep.py --lams 0.03 0.1 0.3 1.0          # sparsity sweep (PNG + table)
     python benchmarks/sweep.py --ablations                     # the paper's Table 2 rows + no-aug
 
-Each point is ``train.py --target wp --weight-floor 0`` (the paper's setting) then ``eval.py --method augmented`` (which also runs bm25-wp in the
+Each point is ``train.py`` with ``PAPER``'s flags (the paper's setting, as reproductions.yaml pins it) then ``eval.py --method augmented`` (which also runs bm25-wp in the
 same process, so latency ratios compare like with like). Runs go where
 ``bm25aug/reproductions.yaml`` expects them (``runs/sweep/lam*``, ``runs/ablations/*``, the
 default wp model ``runs/targets/<dataset>_wp``), metrics beside each as ``<run>.json``; a markdown
@@ -22,6 +22,10 @@ from bm25aug.training import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 # Output folders as bm25aug/reproductions.yaml names them, so that its conditions reuse these runs.
+# The recipe those runs pin: the paper's wp target and no weight floor, 6 epochs, none of the later
+# training defaults (weight average, FLOPS, significance check).
+PAPER = ["--target", "wp", "--weight-floor", "0", "--epochs", "6", "--ema-decay", "0", "--flops", "0",
+         "--significance", "0"]
 ABLATIONS = {"uniform_l1": ["--uniform-l1"], "no_w": ["--no-weights"], "bag_of_words": ["--bag-of-words"],
              "no_augmentation": ["--no-augmentation"]}
 
@@ -31,8 +35,7 @@ def run_point(ckpt: Path, flags: list[str], dataset: str) -> dict:
     ``ckpt`` and evaluate; metrics cached beside it."""
     metrics = ckpt.with_suffix(".json")
     if not metrics.exists():
-        train = [sys.executable, "train.py", "--dataset", dataset, "--target", "wp", "--weight-floor", "0",
-                 "--output-dir", str(ckpt), *flags]
+        train = [sys.executable, "train.py", "--dataset", dataset, *PAPER, "--output-dir", str(ckpt), *flags]
         if (ckpt / "last").exists():
             train.append("--resume")
         subprocess.run(train, cwd=ROOT, check=True)

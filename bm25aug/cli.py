@@ -141,9 +141,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--encoder", help="HF model name or path (default: distilbert-base-uncased, else offline MiniLM)")
     for name, typ in (("epochs", int), ("batch_size", int), ("lr", float), ("head_lr", float), ("lam", float),
                       ("hard_negatives", int), ("negative_depth", int), ("seed", int), ("dev_size", int),
-                      ("weight_floor", float), ("penalty_floor", float),
-                      ("off_positive_penalty", float), ("ema_decay", float), ("flops", float)):
+                      ("weight_floor", float), ("penalty_floor", float)):
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=typ, help="default: the dataset's preset")
+    p.add_argument("--off-positive-penalty", type=float, help="L1 penalty at least this for a(q) entries whose term "
+                                                              "is in none of the query's relevant documents (default 0)")
+    p.add_argument("--ema-decay", type=float, help="dev checks and best/ use this moving average of the weights "
+                                                   "(per step; default 0.99, 0: off)")
+    p.add_argument("--flops", type=float, help="weight of SPLADE's FLOPS regularizer on a(q) (default 0.1, 0: off)")
+    p.add_argument("--significance", type=float, help="best/ must beat plain BM25 on dev at this one-sided p level, "
+                                                      "else it is plain BM25 (default 0.05, 0: off)")
     p.add_argument("--aug-threshold", type=float, help="zero a(q) entries at or below this, in training and search "
                                                        "alike (learned pruning; default 0)")
     p.add_argument("--encoder-layers", type=int, help="keep only the encoder's first N layers (a cheaper query "
