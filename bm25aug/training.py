@@ -221,6 +221,9 @@ class Trainer:
         if not 0 <= config.ema_decay < 1:
             raise UserError(f"--ema-decay {config.ema_decay} is not a decay; fix: pass a number from 0 (off) "
                             f"to below 1, such as 0.99")
+        if not 0 <= config.significance < 1:
+            raise UserError(f"--significance {config.significance} is not a p-value level; fix: pass a number from "
+                            f"0 (off) to below 1, such as 0.05")
         if min(config.pseudo_queries, config.aug_threshold, config.off_positive_penalty, config.flops) < 0:
             raise UserError("--pseudo-queries, --aug-threshold, --off-positive-penalty and --flops cannot be "
                             "negative; fix: pass 0 or more")
