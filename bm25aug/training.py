@@ -108,7 +108,7 @@ class TrainConfig:
 # Values of settings added after the first release, for runs saved before they existed.
 _PREDATES = {"target": "wp", "weight_floor": 0.0, "pooling": None, "penalty_floor": 0.0, "negatives": "bm25",
              "aug_threshold": 0.0, "encoder_layers": None, "pseudo_queries": 0, "off_positive_penalty": 0.0,
-             "ema_decay": 0.0, "flops": 0.0, "significance": 0.0}
+             "ema_decay": 0.0, "flops": 0.0}
 NEGATIVES = ("bm25", "dpr")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -218,12 +218,11 @@ class Trainer:
         if not 0 <= config.gate_quantile <= 1:
             raise UserError(f"--gate-quantile {config.gate_quantile} is not a quantile; fix: pass a number "
                             f"from 0 (no gate) to 1")
-        if not 0 <= config.ema_decay < 1:
-            raise UserError(f"--ema-decay {config.ema_decay} is not a decay; fix: pass a number from 0 (off) "
-                            f"to below 1, such as 0.99")
-        if not 0 <= config.significance < 1:
-            raise UserError(f"--significance {config.significance} is not a p-value level; fix: pass a number from "
-                            f"0 (off) to below 1, such as 0.05")
+        for flag, value, what, example in (("--ema-decay", config.ema_decay, "a decay", 0.99),
+                                           ("--significance", config.significance, "a p-value level", 0.05)):
+            if not 0 <= value < 1:
+                raise UserError(f"{flag} {value} is not {what}; fix: pass a number from 0 (off) to below 1, "
+                                f"such as {example}")
         if min(config.pseudo_queries, config.aug_threshold, config.off_positive_penalty, config.flops) < 0:
             raise UserError("--pseudo-queries, --aug-threshold, --off-positive-penalty and --flops cannot be "
                             "negative; fix: pass 0 or more")
