@@ -59,6 +59,10 @@ LEVERS: dict[str, list[str]] = {
                                               "--flops", "0.1"],
     "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1": ["--target", "flat", "--weight-floor", "1", "--epochs", "20",
                                                         "--ema-decay", "0.99", "--flops", "0.1"],
+    "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.3": ["--target", "flat", "--weight-floor", "1", "--epochs", "20",
+                                                        "--ema-decay", "0.99", "--flops", "0.3"],
+    "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, encoder lr 5e-5": [
+        "--target", "flat", "--weight-floor", "1", "--epochs", "20", "--ema-decay", "0.99", "--flops", "0.1", "--lr", "5e-5"],
     # Seed 14 (its own dev slice, so compare these two with each other only).
     "flat, w floor 1 (the default at 6 epochs), seed 14": ["--target", "flat", "--weight-floor", "1", "--seed", "14"],
     "flat, w floor 1, 2 encoder layers, seed 14": ["--target", "flat", "--weight-floor", "1", "--encoder-layers", "2",
@@ -71,6 +75,12 @@ LEVERS: dict[str, list[str]] = {
     "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, seed 14": ["--target", "flat", "--weight-floor", "1", "--epochs",
                                                                  "20", "--ema-decay", "0.99", "--flops", "0.1",
                                                                  "--seed", "14"],
+    "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.3, seed 14": ["--target", "flat", "--weight-floor", "1", "--epochs",
+                                                                 "20", "--ema-decay", "0.99", "--flops", "0.3",
+                                                                 "--seed", "14"],
+    "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, encoder lr 5e-5, seed 14": [
+        "--target", "flat", "--weight-floor", "1", "--epochs", "20", "--ema-decay", "0.99", "--flops", "0.1", "--lr", "5e-5",
+        "--seed", "14"],
 }
 TRANSFER_SPLIT = {"nfcorpus": "dev", "scifact": "train", "squad": "train"}  # never the test split
 
