@@ -289,8 +289,8 @@ class Trainer:
         if resume and saved.exists():
             old = json.loads(saved.read_text())
             # A setting the saved run predates had the value of its day (the paper's wp target, no
-            # weight floor); a moved run folder resumes where it now is; the gate is set after
-            # training, so a resume may change it.
+            # weight floor); a moved run folder resumes where it now is; the gate and the
+            # significance check act on best/ after training, so a resume may change them.
             changed = [f.name for f in fields(TrainConfig) if f.name not in ("epochs", "threads", "output_dir",
                                                                                "gate_quantile", "device",
                                                                                "significance")
