@@ -56,7 +56,7 @@ def analyze_with_offsets(text: str) -> list[tuple[str, int, int]]:
 def _code_point_offsets(text: str, tokens: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
     """Java counts offsets in UTF-16 units, Python (and the WordPiece tokenizer) in code points;
     they differ after any character outside the Basic Multilingual Plane (emoji, for one)."""
-    if all(ord(c) < 0x10000 for c in text):
+    if text.isascii() or max(text) < "\U00010000":
         return tokens
     to_python = np.cumsum([0] + [2 if ord(c) >= 0x10000 else 1 for c in text])
     index = {int(u): i for i, u in enumerate(to_python)}

@@ -53,6 +53,15 @@ class _Java:
             self.search_warm = self.analyzed_warm = False
             self.BM25 = jclass("org.apache.lucene.search.similarities.BM25Similarity")
         self._integers: dict[int, object] = {}
+        self._parsers: dict[str, object] = {}
+
+    def parser(self, field: str):
+        """Lucene's classic ``QueryParser`` on ``field`` with the whitespace analyzer, made once per
+        field (half the cost of a parse was making the parser). It is not thread-safe: call it,
+        and use what it returns, under ``JNI_LOCK``."""
+        if (parser := self._parsers.get(field)) is None:
+            parser = self._parsers[field] = self.QueryParser(field, self.whitespace)
+        return parser
 
     def integer(self, n: int):
         """A ``java.lang.Integer``, made once per value (search asks for the same few depths)."""
@@ -222,7 +231,7 @@ class LuceneIndex:
         """``BooleanQuery`` of ``BoostQuery(TermQuery(field:term), weight)``; terms are not analyzed."""
         text = weighted_query_string(terms)
         with JNI_LOCK:
-            return self.j.QueryParser(field, self.j.whitespace).parse(text)
+            return self.j.parser(field).parse(text)
 
     def analyzed_query(self, text: str, field: str = FIELD):
         """Pyserini's default query for a flat index: the English analyzer's terms, boosted by count.
