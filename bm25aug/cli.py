@@ -153,7 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--aug-threshold", type=float, help="zero a(q) entries at or below this, in training and search "
                                                        "alike (learned pruning; default 0)")
     p.add_argument("--encoder-layers", type=int, help="keep only the encoder's first N layers (a cheaper query "
-                                                      "encoder; default: all)")
+                                                      "encoder; 0: the embeddings alone; default: all)")
+    p.add_argument("--aug-layer", type=int, help="the encoder layer a(q) is pooled from: 0 (the token embeddings) "
+                                                 "to N, or -1 (the last, as the paper); w always reads the last")
+    p.add_argument("--teacher", help="a trained model (train.py output dir) whose scores over each batch this one "
+                                     "also learns to match (distillation; same target and vocabulary)")
+    p.add_argument("--distill-weight", type=float, help="weight of the distillation term (default 1; needs --teacher)")
     p.add_argument("--gate-quantile", type=float, help="after training, use a(q) only for queries with at most this "
                                                        "quantile of the training queries' non-zero counts (0: no gate)")
     p.add_argument("--pseudo-queries", type=int, help="add N pseudo-queries cut from the corpus (one sentence each, "

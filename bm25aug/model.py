@@ -11,7 +11,8 @@ English analyzer, Pyserini's stock "flat" index). For ``wp``:
 * special tokens ([CLS], [SEP], [PAD], [UNK], [MASK]) never get a boost.
 
 ``h_CLS`` is the paper's query vector; for encoders pretrained with mean pooling (the offline
-MiniLM) the mean of the token states is used instead. ``W`` starts as the word-embedding matrix
+MiniLM) the mean of the token states is used instead, and ``aug_layer`` can pool a(q) from an
+earlier layer than the last (0: the word and position embeddings). ``W`` starts as the word-embedding matrix
 with bias -1 (a tied, MLM-style init), so early augmentations are tokens near the query rather than
 random ones; ``aug_init="random"`` restores a plain init.
 
@@ -62,6 +63,10 @@ class AugmenterConfig:
     # training to a high quantile of the training queries' counts, so that a query far from
     # anything trained on keeps its reweighting and gets no guessed terms.
     aug_gate: int = 0
+    # The encoder layer whose states a(q) is pooled from, indexed as Hugging Face's hidden_states
+    # (0: the embeddings, each token's word and position vectors; -1: the last layer, as the paper).
+    # w always reads the last layer.
+    aug_layer: int = -1
 
 
 @dataclass
@@ -132,12 +137,16 @@ class QueryAugmenter(nn.Module):
         name, encoder, tok = resolve_encoder(encoder_name)
         if layers is not None:
             stack = encoder.encoder.layer
-            if not 1 <= layers <= len(stack):
+            if not 0 <= layers <= len(stack):
                 raise UserError(f"--encoder-layers {layers}, but {name} has {len(stack)} layers; "
-                                f"fix: pass a number from 1 to {len(stack)}")
+                                f"fix: pass a number from 0 to {len(stack)}")
             encoder.encoder.layer = stack[:layers]
             encoder.config.num_hidden_layers = layers
         config.setdefault("pooling", pretrained_pooling(name))
+        depth = len(encoder.encoder.layer)
+        if not -1 <= config.get("aug_layer", -1) <= depth:
+            raise UserError(f"--aug-layer {config['aug_layer']}, but the encoder has {depth} layers; "
+                            f"fix: pass 0 (the embeddings) to {depth}, or -1 (the last layer)")
         return cls(AugmenterConfig(encoder=name, vocab_hash=vocab_hash(tok), **config), encoder, tok)
 
     def tokenize(self, queries: list[str]) -> dict[str, torch.Tensor]:
@@ -159,7 +168,10 @@ class QueryAugmenter(nn.Module):
         """``rows``: compute a(q) only on these vocabulary entries (B x len(rows)). The ONNX export
         passes its target's live entries (``Target.live``), so the served graph never computes the
         rows no index term can use; the numbers on those entries are the same."""
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        last = self.config.aug_layer == -1
+        states = self.encoder(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=not last)
+        hidden = states.last_hidden_state
+        pooled_from = hidden if last else states.hidden_states[self.config.aug_layer]  # what a(q) reads
         real = attention_mask.bool() & ~self.special[input_ids]  # query tokens, not [CLS]/[SEP]/[UNK]
         if self.config.use_weights:
             w = torch.relu(self.weight_head(hidden).squeeze(-1))
@@ -171,13 +183,13 @@ class QueryAugmenter(nn.Module):
             weight, bias, special = self.aug_head.weight[rows], self.aug_head.bias[rows], special[rows]
             head = lambda x: nn.functional.linear(x, weight, bias)  # noqa: E731
         if self.config.use_augmentation and self.config.pooling == "max":
-            logits = head(hidden).masked_fill(~real.unsqueeze(-1), float("-inf"))
+            logits = head(pooled_from).masked_fill(~real.unsqueeze(-1), float("-inf"))
             a = torch.relu(logits.max(dim=1).values).masked_fill(special, 0.0)
         elif self.config.use_augmentation:
             if self.config.pooling == "mean":
-                pooled = (hidden * attention_mask.unsqueeze(-1)).sum(1) / attention_mask.sum(1, keepdim=True)
+                pooled = (pooled_from * attention_mask.unsqueeze(-1)).sum(1) / attention_mask.sum(1, keepdim=True)
             else:
-                pooled = hidden[:, 0]
+                pooled = pooled_from[:, 0]
             # (B, 1, H) rather than (B, H): ONNX export then emits a MatMul, which int8 dynamic
             # quantization covers (a Gemm it does not); the numbers are the same.
             a = torch.relu(head(pooled.unsqueeze(1)).squeeze(1)).masked_fill(special, 0.0)

@@ -34,6 +34,7 @@ from bm25aug.io import atomic_dir, atomic_write_bytes, write_json, write_jsonl
 from bm25aug.model import CONFIG_NAME, QueryAugmenter
 from bm25aug.pseudo import PREFIX as PSEUDO_PREFIX, with_pseudo_queries
 from bm25aug.search import BM25Searcher, mean_added_terms, parallel_map
+from bm25aug.tokenization import vocab_hash
 from bm25aug.torch_bm25 import BM25Params, TorchBM25
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,13 @@ class TrainConfig:
     # model can raise a term but never drop it (the paper: 0). Chosen on transfer-dev sets.
     weight_floor: float = 1.0
     aug_threshold: float = 0.0  # a(q) entries at or below this are zeroed in training and search (learned pruning)
+    aug_layer: int = -1  # the encoder layer a(q) reads (0: the embeddings; -1: the last, as the paper)
+    # A trained model (a train.py output dir or its best/) for the same target and vocabulary whose
+    # BM25 scores over each batch's documents this one also learns to match, as served (its gate
+    # and floor), by the KL divergence of the two softmaxes, weighted by distill_weight: a cheap
+    # encoder (--encoder-layers) taught by the default one.
+    teacher: str | None = None
+    distill_weight: float = 1.0
 
     @classmethod
     def for_dataset(cls, dataset: str, **overrides) -> "TrainConfig":
@@ -145,20 +153,22 @@ class AugmentationLoss(nn.Module):
     in one document of 5,000 costs 0.014, so rare terms the ranking loss never sees stay in a(q)."""
 
     def __init__(self, bm25: TorchBM25, cmap, lam: float, uniform_l1: bool, penalty_floor: float = 0.0,
-                 off_positive: float = 0.0, flops: float = 0.0):
+                 off_positive: float = 0.0, flops: float = 0.0, distill: float = 1.0):
         super().__init__()
         h = cmap.vocab_df(bm25.df) / bm25.num_docs
         # Terms the index lacks can never match: they get the full penalty so a(q) drops them.
         penalty = torch.ones_like(h) if uniform_l1 else torch.where(h > 0, h.sqrt(), torch.ones_like(h))
         penalty = penalty.clamp(min=penalty_floor)
         self.register_buffer("penalty", penalty)
-        self.lam, self.off_positive, self.flops = lam, off_positive, flops
+        self.lam, self.off_positive, self.flops, self.distill = lam, off_positive, flops, distill
 
     def forward(self, augmentation: torch.Tensor, scores: torch.Tensor, targets: torch.Tensor,
-                mask: torch.Tensor, relevant: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                mask: torch.Tensor, relevant: torch.Tensor | None = None,
+                teacher_scores: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """``scores``: BM25 of the batch's queries (rows) against its documents (columns).
         ``relevant`` (queries x vocabulary, bool): entries whose term is in one of the query's
-        judged-relevant documents; the others cost at least ``off_positive``."""
+        judged-relevant documents; the others cost at least ``off_positive``. ``teacher_scores``
+        (same shape): a teacher's, whose softmax over the same documents the scores learn to match."""
         rank = nn.functional.cross_entropy(scores.masked_fill(mask, float("-inf")), targets)
         penalty = self.penalty
         if self.off_positive and relevant is not None:
@@ -168,6 +178,12 @@ class AugmentationLoss(nn.Module):
         if self.flops:
             flops = augmentation.mean(dim=0).square().sum()
             parts.update(loss=parts["loss"] + self.flops * flops, flops=flops.detach())
+        if teacher_scores is not None:
+            # Masked documents (another query's positives) leave both softmaxes; a large negative
+            # rather than -inf, so that 0 * log 0 stays 0 in the divergence.
+            student, teacher = (x.masked_fill(mask, -1e4).log_softmax(dim=1) for x in (scores, teacher_scores))
+            distill = nn.functional.kl_div(student, teacher, log_target=True, reduction="batchmean")
+            parts.update(loss=parts["loss"] + self.distill * distill, distill=distill.detach())
         return parts
 
 
@@ -223,22 +239,24 @@ class Trainer:
             if not 0 <= value < 1:
                 raise UserError(f"{flag} {value} is not {what}; fix: pass a number from 0 (off) to below 1, "
                                 f"such as {example}")
-        if min(config.pseudo_queries, config.aug_threshold, config.off_positive_penalty, config.flops) < 0:
-            raise UserError("--pseudo-queries, --aug-threshold, --off-positive-penalty and --flops cannot be "
-                            "negative; fix: pass 0 or more")
-        self._check_output_dir(resume)
+        if min(config.pseudo_queries, config.aug_threshold, config.off_positive_penalty, config.flops,
+               config.distill_weight) < 0:
+            raise UserError("--pseudo-queries, --aug-threshold, --off-positive-penalty, --flops and --distill-weight "
+                            "cannot be negative; fix: pass 0 or more")
+        self.teacher = self._teacher()
         self.resume = resume
         _seed_everything(config.seed)
         self.device = resolve_device(config.device)
         last = self.out / "last"
         if resume and (last / "trainer_state.pt").exists():
             self.model = QueryAugmenter.from_pretrained(last).train()
-        else:
+        else:  # a layer count the encoder lacks stops here, before the output dir is written
             self.model = QueryAugmenter.from_encoder(
                 config.encoder, config.encoder_layers, use_weights=config.use_weights,
                 use_augmentation=config.use_augmentation, max_query_length=config.max_query_length,
                 target=config.target, weight_floor=config.weight_floor, aug_threshold=config.aug_threshold,
-                **({"pooling": config.pooling} if config.pooling else {}))
+                aug_layer=config.aug_layer, **({"pooling": config.pooling} if config.pooling else {}))
+        self._check_output_dir(resume)
         self.searcher = BM25Searcher(index, config.k1, config.b, tokenizer=self.model.tokenizer, flavor=config.target)
         if self.searcher.meta.flavor != config.target:
             raise UserError(f"{index} is a {self.searcher.meta.flavor} index but --target is {config.target}; "
@@ -249,9 +267,14 @@ class Trainer:
         self.target = self.model.target
         self.cmap = self.target.columns(self.bm25)
         self.loss = AugmentationLoss(self.bm25, self.cmap, config.lam, config.uniform_l1, config.penalty_floor,
-                                     config.off_positive_penalty, config.flops)
+                                     config.off_positive_penalty, config.flops, config.distill_weight)
+        if self.teacher is not None and vocab_hash(self.teacher.tokenizer) != vocab_hash(self.model.tokenizer):
+            raise UserError(f"--teacher {self.config.teacher} has another vocabulary than this model's encoder; "
+                            f"fix: pass a teacher trained on an encoder with the same vocabulary")
         self.model.to(self.device)
         self.loss.to(self.device)
+        if self.teacher is not None:
+            self.teacher.to(self.device)
         train, self.dev, dev_how = dataset.train_dev(config.dev_size, config.seed)
         if config.pseudo_queries:
             train = with_pseudo_queries(train, dataset.corpus, config.pseudo_queries, config.seed)
@@ -454,7 +477,30 @@ class Trainer:
         """The loss of one batch: query i's positive is document i (``benchmarks/hybrid_probe.py``
         overrides this to score two fields)."""
         scores = self.bm25.score(self.target.boosts(qb, w, a, self.cmap), rows)
-        return self.loss(a, scores, torch.arange(len(qb.terms), device=self.device), mask, relevant)
+        return self.loss(a, scores, torch.arange(len(qb.terms), device=self.device), mask, relevant,
+                         self._teacher_scores(qb, rows))
+
+    def _teacher(self) -> QueryAugmenter | None:
+        """The ``--teacher`` model (on the CPU until the model moves), checked for its target."""
+        from bm25aug.experiment import resolve_checkpoint
+
+        if not self.config.teacher:
+            return None
+        teacher = QueryAugmenter.from_pretrained(resolve_checkpoint(self.config.teacher, self.dataset.name, False))
+        if teacher.config.target != self.config.target:
+            raise UserError(f"--teacher {self.config.teacher} serves {teacher.config.target} indexes, this model "
+                            f"{self.config.target} ones; fix: pass a teacher trained with --target {self.config.target}")
+        return teacher.eval()
+
+    @torch.no_grad()
+    def _teacher_scores(self, qb, rows: list[int]) -> torch.Tensor | None:
+        """The teacher's BM25 scores of the batch (queries x documents), its term lists as served."""
+        if self.teacher is None:
+            return None
+        ids, attention = (_to(torch.from_numpy(x), self.device) for x in (qb.input_ids, qb.attention_mask))
+        out = self.teacher(ids, attention)
+        boosts = self.teacher.target.boosts(qb, out.token_weights.float(), out.augmentation.float(), self.cmap)
+        return self.bm25.score(boosts, rows)
 
     def _relevant(self, batch: list[Example]) -> torch.Tensor | None:
         """Queries x vocabulary: whether an a(q) entry reaches a term of one of the query's judged-

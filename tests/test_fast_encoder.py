@@ -70,15 +70,14 @@ def test_unknown_runtime(checkpoint):
         load_encoder(checkpoint, "tensorrt")
 
 
-def test_onnx_export_keeps_threshold_and_layer_count(offline_model, tmp_path):
-    """A model trained with ``aug_threshold`` on a cut-down encoder exports as it is: the ONNX
-    encoder adds no term weighted at or below the threshold, and agrees with fp32 on the rest."""
-    from dataclasses import replace
-
+@pytest.mark.parametrize("aug_layer", [-1, 0])
+def test_onnx_export_keeps_threshold_and_layer_count(aug_layer, tmp_path):
+    """A model trained with ``aug_threshold`` on a cut-down encoder, its a(q) from the last layer or
+    the embeddings (``aug_layer``), exports as it is: the ONNX encoder adds no term weighted at or
+    below the threshold, and agrees with fp32 on the rest."""
     from bm25aug.model import QueryAugmenter
 
-    small = QueryAugmenter.from_encoder(layers=2)
-    small = QueryAugmenter(replace(small.config, aug_threshold=0.3), small.encoder, small.tokenizer)
+    small = QueryAugmenter.from_encoder(layers=2, aug_threshold=0.3, aug_layer=aug_layer)
     small.save_pretrained(tmp_path / "small")
     fast, reference = load_encoder(tmp_path / "small", "onnx-int8"), load_encoder(tmp_path / "small", "torch-fp32")
     query = QUERIES[1]

@@ -109,8 +109,21 @@ def test_encoder_layers_keeps_the_first_layers_through_save_and_load(offline_mod
     assert len(loaded.encoder.encoder.layer) == 2
     q = ["does vitamin d affect birth weight"]
     assert loaded.encode(q)[0] == pytest.approx(small.eval().encode(q)[0], rel=1e-5)
-    with pytest.raises(UserError, match="fix: pass a number from 1 to 6"):
+    with pytest.raises(UserError, match="fix: pass a number from 0 to 6"):
         QueryAugmenter.from_encoder(layers=7)
+
+
+def test_no_encoder_layers_reads_the_query_through_its_embeddings_alone(offline_model):
+    """``layers=0``: the encoder is its embedding layer (word + position embeddings, LayerNorm),
+    so a token's state is the same in any context but its position, and the heads still run."""
+    bare = QueryAugmenter.from_encoder(layers=0).eval()
+    assert len(bare.encoder.encoder.layer) == 0
+    enc = bare.tokenize(["vitamin d birth weight", "vitamin c birth weight"])
+    hidden = bare.encoder(**enc).last_hidden_state
+    embedded = offline_model.encoder.embeddings(input_ids=enc["input_ids"])
+    assert torch.allclose(hidden, embedded, atol=1e-6)
+    assert torch.equal(hidden[0, 3:], hidden[1, 3:])  # "birth weight [SEP]": same tokens, same places
+    assert bare.encode(["vitamin d birth weight"])[0]
 
 
 @pytest.mark.parametrize("which", ["offline_model", "flat_model"])
@@ -132,3 +145,23 @@ def test_query_window_equals_the_hf_tokenizer_call(which, request):
             expected = model.target.occurrences(query, theirs["offset_mapping"][i],
                                                 (theirs["attention_mask"][i] > 0) & ~model.target.special[theirs["input_ids"][i]])
             assert (ours.terms[i], ours.spans[i]) == expected
+
+
+def test_aug_layer_pools_a_from_that_layer_and_w_from_the_last(tmp_path):
+    """``aug_layer=0``: a(q) reads the embeddings, so changing a transformer layer moves w but not
+    a; saved and loaded, the model keeps the setting; a layer the encoder lacks is a one-line error."""
+    model = QueryAugmenter.from_encoder(layers=2, aug_layer=0, aug_init_bias=-0.2).eval()
+    enc = model.tokenize(["does vitamin d affect birth weight"])
+    with torch.no_grad():
+        before = model(enc["input_ids"], enc["attention_mask"])
+        model.weight_head.weight.normal_(std=0.1)
+        mid = model(enc["input_ids"], enc["attention_mask"])
+        model.encoder.encoder.layer[1].output.dense.weight.mul_(2.0)
+        after = model(enc["input_ids"], enc["attention_mask"])
+    assert int((before.augmentation > 0).sum()) > 0
+    assert torch.equal(after.augmentation, before.augmentation)
+    assert not torch.allclose(after.token_weights, mid.token_weights)
+    model.save_pretrained(tmp_path / "m")
+    assert QueryAugmenter.from_pretrained(tmp_path / "m").config.aug_layer == 0
+    with pytest.raises(UserError, match="fix: pass 0 \\(the embeddings\\) to 2, or -1"):
+        QueryAugmenter.from_encoder(layers=2, aug_layer=3)

@@ -76,7 +76,8 @@ def test_presets_follow_the_paper():
 
 @pytest.mark.parametrize("bad", [dict(gate_quantile=1.5), dict(pseudo_queries=-1), dict(aug_threshold=-0.1),
                                  dict(negatives="mined"), dict(ema_decay=1.0),
-                                 dict(significance=1.5), dict(flops=-1.0)])
+                                 dict(significance=1.5), dict(flops=-1.0), dict(distill_weight=-1.0),
+                                 dict(teacher="no/such/run"), dict(encoder_layers=7), dict(aug_layer=7)])
 def test_bad_settings_fail_before_anything_is_written(tiny_wp, tmp_path, bad):
     ds, wp, _ = tiny_wp
     with pytest.raises(UserError, match="fix:"):
@@ -168,3 +169,38 @@ def test_a_model_that_does_not_beat_bm25_on_dev_is_served_as_plain_bm25(tiny_wp,
         assert model.encode([query])[0] == searcher.query_terms(query)
     Trainer(tiny_config(tmp_path / "off", target="flat", weight_floor=1.0, significance=0.0), ds, flat).train()
     assert not (tmp_path / "off" / "selection.json").exists()
+
+
+def test_a_student_learns_to_match_its_teachers_scores(tiny_wp, tmp_path):
+    """--teacher: the teacher's scores of each batch, as it serves its queries, join the loss as
+    the KL divergence of the two softmaxes over the same documents (masked ones left out): zero
+    when the student scores as the teacher does. A smaller encoder trains that way end to end; a
+    teacher for another target is a one-line error."""
+    import torch
+
+    from bm25aug.model import QueryAugmenter
+
+    ds, wp, flat = tiny_wp
+    teacher = tmp_path / "teacher"
+    Trainer(tiny_config(teacher, target="flat", weight_floor=1.0), ds, flat).train()
+    student = Trainer(tiny_config(tmp_path / "student", target="flat", weight_floor=1.0, encoder_layers=0,
+                                  teacher=str(teacher), distill_weight=0.5), ds, flat)
+    loss = student.loss
+    scores, targets = torch.tensor([[3.0, 1.0, 0.0], [0.0, 2.0, 5.0]]), torch.tensor([0, 1])
+    mask = torch.tensor([[False, False, True], [False, False, False]])
+    a = torch.zeros(2, len(loss.penalty))
+    assert float(loss(a, scores, targets, mask, teacher_scores=scores)["distill"]) == pytest.approx(0.0, abs=1e-6)
+    other = scores.clone()
+    other[0, 2] = 99.0  # a masked document: not part of the divergence
+    assert float(loss(a, scores, targets, mask, teacher_scores=other)["distill"]) == pytest.approx(0.0, abs=1e-6)
+    other[1] = torch.tensor([4.0, 0.0, 0.0])
+    parts = loss(a, scores, targets, mask, teacher_scores=other)
+    plain = loss(a, scores, targets, mask)
+    assert float(parts["distill"]) > 0.1
+    assert float(parts["loss"]) == pytest.approx(float(plain["loss"]) + 0.5 * float(parts["distill"]))
+    student.train()
+    log = [json.loads(line) for line in (tmp_path / "student" / "log.jsonl").read_text().splitlines()]
+    assert log[1]["train_distill"] > 0
+    assert len(QueryAugmenter.from_pretrained(tmp_path / "student" / "last").encoder.encoder.layer) == 0
+    with pytest.raises(UserError, match="--teacher"):
+        Trainer(tiny_config(tmp_path / "wp", teacher=str(teacher)), ds, wp)
