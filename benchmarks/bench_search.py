@@ -2,7 +2,7 @@
 and bm25s as the speed peer, with every latency as a ratio to the floor.
 
     python benchmarks/bench_search.py --dataset scifact --checkpoint checkpoints/scifact [--json-out F]
-        [--compare runs/levers/scifact/flat__w_floor_1__2_encoder_layers]
+        [--compare CHECKPOINT ...]
 
 * floor: the wp query's Lucene query built from its term list, then ``IndexSearcher.search`` for
   k hits; the TopDocs stay in Java (no hit is read into Python).
@@ -10,8 +10,8 @@ and bm25s as the speed peer, with every latency as a ratio to the floor.
   scores, external ids), query text in; augmented (on the index of the model's target) includes
   encoding the query.
 * encode: the model alone, ONNX int8 (what search uses) and torch int8 (the previous default).
-* ``--compare CHECKPOINT``: that model's augmented search and ONNX encode too, in the same run
-  (e.g. one trained with ``--encoder-layers 2``, against the default's torch int8 encode).
+* ``--compare CHECKPOINT ...``: those models' augmented search and ONNX encode too, in the same
+  run (e.g. ones trained with ``--encoder-layers 2`` or ``0``, against the default's torch int8 encode).
 * p50 and p95 on one thread; QPS of ``batch_search`` on 1 and 2 threads (encoding included).
 * bm25s (``pip install -e '.[bench]'``): its own tokenizer and index over the same texts, k hits,
   one query at a time (p50) and as one batch (QPS). Skipped with a note when not installed.
@@ -79,7 +79,7 @@ def bm25s_peer(dataset, queries: list[str], k: int) -> dict | None:
             "qps": len(queries) / (time.perf_counter() - start)}
 
 
-def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare: Path | None = None) -> dict:
+def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare: list[Path] = ()) -> dict:
     import torch
 
     torch.set_num_threads(1)
@@ -102,12 +102,12 @@ def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare:
         "encode (torch int8)": (lambda q: torch_int8.encode([q]), queries),
     }
     batch = {name: s for name, s in (("bm25-flat", flat), ("bm25-wp", wp), ("augmented", augmented))}
-    label = (compare.parent.name if compare.name == "best" else compare.name) if compare else ""
-    if compare:
-        other = load_encoder(compare, "onnx-int8")
+    labels = {c: c.parent.name if c.name == "best" else c.name for c in compare}
+    for other_path, label in labels.items():
+        other = load_encoder(other_path, "onnx-int8")
         other_search = AugmentedSearcher(other, flat if other.config.target == "flat" else wp)
-        paths[f"augmented ({label})"] = (lambda q: other_search.search_arrays(q, k), queries)
-        paths[f"encode (onnx int8, {label})"] = (lambda q: other.encode([q]), queries)
+        paths[f"augmented ({label})"] = (lambda q, s=other_search: s.search_arrays(q, k), queries)
+        paths[f"encode (onnx int8, {label})"] = (lambda q, m=other: m.encode([q]), queries)
         batch[f"augmented ({label})"] = other_search
     rows = interleaved_latencies(paths)
     rates = {(name, t): qps(lambda q, i, n, s=s: s.batch_search(q, i, k, threads=n), queries, t)
@@ -134,9 +134,10 @@ def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare:
            (("floor", "floor"), ("bm25_flat", "bm25-flat"), ("bm25_wp", "bm25-wp"), ("augmented", "augmented"))},
         **{f"qps_{name.replace('-', '_')}_{t}t": rate for (name, t), rate in rates.items() if "(" not in name},
         "bm25s_qps": peer["qps"] if peer else None, "bm25s_p50_ms": peer["p50"] if peer else None,
-        **({"compare": str(compare), "compare_augmented_p50_ms": p50[f"augmented ({label})"],
-            "compare_encode_p50_ms": p50[f"encode (onnx int8, {label})"],
-            **{f"compare_qps_augmented_{t}t": rates[(f"augmented ({label})", t)] for t in (1, 2)}} if compare else {}),
+        "compare": [{"checkpoint": str(c), "augmented_p50_ms": p50[f"augmented ({label})"],
+                     "encode_p50_ms": p50[f"encode (onnx int8, {label})"],
+                     **{f"qps_augmented_{t}t": rates[(f"augmented ({label})", t)] for t in (1, 2)}}
+                    for c, label in labels.items()],
     }
 
 
@@ -147,11 +148,11 @@ def main() -> None:
     p.add_argument("--split")
     p.add_argument("--k", type=int, default=1000)
     p.add_argument("--json-out", help="one JSON object per dataset, in a list")
-    p.add_argument("--compare", help="another checkpoint whose augmented search and encoder join the same run")
+    p.add_argument("--compare", nargs="*", default=[],
+                   help="other checkpoints whose augmented search and encoder join the same run")
     args = p.parse_args()
     try:
-        checkpoint, compare = (resolve_checkpoint(c, args.dataset[0], False) if c else None
-                               for c in (args.checkpoint, args.compare))
+        checkpoint, *compare = (resolve_checkpoint(c, args.dataset[0], False) for c in [args.checkpoint, *args.compare])
         results = [run(name, checkpoint, args.split, args.k, compare) for name in args.dataset]
     except UserError as e:  # e.g. no such model, or no ../shared/data: one line, as the CLI prints it
         raise SystemExit(f"error: {e}") from None
