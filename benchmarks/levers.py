@@ -73,6 +73,9 @@ LEVERS: dict[str, list[str]] = {
     "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, no encoder layers, distilled": [
         "--target", "flat", "--weight-floor", "1", "--epochs", "20", "--ema-decay", "0.99", "--flops", "0.1",
         "--encoder-layers", "0", "--teacher", "runs/levers/scifact/flat__w_floor_1__20_epochs__EMA_0_99__FLOPS_0_1"],
+    "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, centered a(q) init": [
+        "--target", "flat", "--weight-floor", "1", "--epochs", "20", "--ema-decay", "0.99", "--flops", "0.1",
+        "--aug-init", "centered"],
     # Seed 14 (its own dev slice, so compare these two with each other only).
     "flat, w floor 1 (the default at 6 epochs), seed 14": ["--target", "flat", "--weight-floor", "1", "--seed", "14"],
     "flat, w floor 1, 2 encoder layers, seed 14": ["--target", "flat", "--weight-floor", "1", "--encoder-layers", "2",
@@ -100,6 +103,9 @@ LEVERS: dict[str, list[str]] = {
     "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, no encoder layers, distilled, seed 14": [
         "--target", "flat", "--weight-floor", "1", "--epochs", "20", "--ema-decay", "0.99", "--flops", "0.1",
         "--encoder-layers", "0", "--teacher", "runs/levers/scifact/flat__w_floor_1__20_epochs__EMA_0_99__FLOPS_0_1__seed_14", "--seed", "14"],
+    "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, centered a(q) init, seed 14": [
+        "--target", "flat", "--weight-floor", "1", "--epochs", "20", "--ema-decay", "0.99", "--flops", "0.1",
+        "--aug-init", "centered", "--seed", "14"],
 }
 TRANSFER_SPLIT = {"nfcorpus": "dev", "scifact": "train", "squad": "train"}  # never the test split
 

@@ -156,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                       "encoder; 0: the embeddings alone; default: all)")
     p.add_argument("--aug-layer", type=int, help="the encoder layer a(q) is pooled from: 0 (the token embeddings) "
                                                  "to N, or -1 (the last, as the paper); w always reads the last")
+    p.add_argument("--aug-init", choices=["embeddings", "centered", "random"],
+                   help="the a(q) head's start: the word-embedding matrix (default), the same with each word's "
+                        "bias lowered by its logit at the training queries' mean vector (centered), or random")
     p.add_argument("--teacher", help="a trained model (train.py output dir) whose scores over each batch this one "
                                      "also learns to match (distillation; same target and vocabulary)")
     p.add_argument("--distill-weight", type=float, help="weight of the distillation term (default 1; needs --teacher)")

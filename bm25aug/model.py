@@ -52,7 +52,9 @@ class AugmenterConfig:
     # a(q) from one query vector, "cls" (paper) or "mean" (sentence-transformers encoders), or
     # "max": SPLADE-style, the max over query tokens of ReLU(W h_i + b), so each added term is tied to a token.
     pooling: str = "cls"
-    aug_init: str = "embeddings"  # "embeddings": W starts as the word-embedding matrix; "random": N(0, 0.02)
+    # "embeddings": W starts as the word-embedding matrix; "centered": the same, with each entry's
+    # bias lowered by its logit at the training queries' mean state (``center_aug_head``); "random": N(0, 0.02)
+    aug_init: str = "embeddings"
     aug_init_bias: float = -1.0  # with tied init, only tokens close to the query start above zero
     target: str = "wp"  # the index the boosts are for: "wp" (the paper's) or "flat" (bm25aug.targets)
     weight_floor: float = 0.0  # a query term's w is at least this (1: the original BM25 weight is a floor)
@@ -117,7 +119,7 @@ class QueryAugmenter(nn.Module):
         self.aug_head = nn.Linear(hidden, config.vocab_size)
         self.weight_head = nn.Linear(hidden, 1)
         embeddings = encoder.get_input_embeddings().weight
-        if config.aug_init == "embeddings" and embeddings.shape == self.aug_head.weight.shape:
+        if config.aug_init in ("embeddings", "centered") and embeddings.shape == self.aug_head.weight.shape:
             with torch.no_grad():
                 self.aug_head.weight.copy_(embeddings)
             nn.init.constant_(self.aug_head.bias, config.aug_init_bias)
@@ -168,10 +170,7 @@ class QueryAugmenter(nn.Module):
         """``rows``: compute a(q) only on these vocabulary entries (B x len(rows)). The ONNX export
         passes its target's live entries (``Target.live``), so the served graph never computes the
         rows no index term can use; the numbers on those entries are the same."""
-        last = self.config.aug_layer == -1
-        states = self.encoder(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=not last)
-        hidden = states.last_hidden_state
-        pooled_from = hidden if last else states.hidden_states[self.config.aug_layer]  # what a(q) reads
+        hidden, pooled_from = self._states(input_ids, attention_mask)
         real = attention_mask.bool() & ~self.special[input_ids]  # query tokens, not [CLS]/[SEP]/[UNK]
         if self.config.use_weights:
             w = torch.relu(self.weight_head(hidden).squeeze(-1))
@@ -186,10 +185,7 @@ class QueryAugmenter(nn.Module):
             logits = head(pooled_from).masked_fill(~real.unsqueeze(-1), float("-inf"))
             a = torch.relu(logits.max(dim=1).values).masked_fill(special, 0.0)
         elif self.config.use_augmentation:
-            if self.config.pooling == "mean":
-                pooled = (pooled_from * attention_mask.unsqueeze(-1)).sum(1) / attention_mask.sum(1, keepdim=True)
-            else:
-                pooled = pooled_from[:, 0]
+            pooled = self._pooled(pooled_from, attention_mask)
             # (B, 1, H) rather than (B, H): ONNX export then emits a MatMul, which int8 dynamic
             # quantization covers (a Gemm it does not); the numbers are the same.
             a = torch.relu(head(pooled.unsqueeze(1)).squeeze(1)).masked_fill(special, 0.0)
@@ -198,6 +194,36 @@ class QueryAugmenter(nn.Module):
         if self.config.aug_threshold > 0:
             a = a * (a > self.config.aug_threshold)
         return QueryOutput(w, a)
+
+    def _states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The last layer's states (what w reads) and ``aug_layer``'s (what a(q) reads)."""
+        last = self.config.aug_layer == -1
+        states = self.encoder(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=not last)
+        return states.last_hidden_state, states.last_hidden_state if last else states.hidden_states[self.config.aug_layer]
+
+    def _pooled(self, states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The query vector a(q) is computed from: the mean state, or the [CLS] one."""
+        if self.config.pooling == "mean":
+            return (states * attention_mask.unsqueeze(-1)).sum(1) / attention_mask.sum(1, keepdim=True)
+        return states[:, 0]
+
+    @torch.no_grad()
+    def center_aug_head(self, queries: list[str], batch_size: int = 64) -> None:
+        """Lower each a(q) entry's bias by its logit at the mean query vector of ``queries`` (the
+        training queries, before training): with the tied init, a word starts proposed when a query
+        sits closer to it than the average query does, not when it is close to every query (a
+        generic word). The bias barely moves in training, so this start stays."""
+        if self.config.pooling == "max":
+            raise UserError("--aug-init centered shifts a pooled query vector; fix: use --pooling mean or cls")
+        was_training = self.training
+        self.eval()
+        device = self.aug_head.weight.device
+        total = torch.zeros(self.aug_head.in_features, device=device)
+        for start in range(0, len(queries), batch_size):
+            ids, mask = (x.to(device) for x in self.tokenize(queries[start:start + batch_size]).values())
+            total += self._pooled(self._states(ids, mask)[1], mask).sum(0)
+        self.aug_head.bias -= self.aug_head.weight @ (total / max(len(queries), 1))
+        self.train(was_training)
 
     @torch.inference_mode()
     def encode(self, queries: list[str]) -> list[dict[str, float]]:

@@ -99,6 +99,7 @@ class TrainConfig:
     weight_floor: float = 1.0
     aug_threshold: float = 0.0  # a(q) entries at or below this are zeroed in training and search (learned pruning)
     aug_layer: int = -1  # the encoder layer a(q) reads (0: the embeddings; -1: the last, as the paper)
+    aug_init: str = "embeddings"  # the a(q) head's start: "embeddings" (tied), "centered" (tied, bias centered) or "random"
     # A trained model (a train.py output dir or its best/) for the same target and vocabulary whose
     # BM25 scores over each batch's documents this one also learns to match, as served (its gate
     # and floor), by the KL divergence of the two softmaxes, weighted by distill_weight: a cheap
@@ -248,14 +249,16 @@ class Trainer:
         _seed_everything(config.seed)
         self.device = resolve_device(config.device)
         last = self.out / "last"
-        if resume and (last / "trainer_state.pt").exists():
+        fresh = not (resume and (last / "trainer_state.pt").exists())
+        if not fresh:
             self.model = QueryAugmenter.from_pretrained(last).train()
         else:  # a layer count the encoder lacks stops here, before the output dir is written
             self.model = QueryAugmenter.from_encoder(
                 config.encoder, config.encoder_layers, use_weights=config.use_weights,
                 use_augmentation=config.use_augmentation, max_query_length=config.max_query_length,
                 target=config.target, weight_floor=config.weight_floor, aug_threshold=config.aug_threshold,
-                aug_layer=config.aug_layer, **({"pooling": config.pooling} if config.pooling else {}))
+                aug_layer=config.aug_layer, aug_init=config.aug_init,
+                **({"pooling": config.pooling} if config.pooling else {}))
         self._check_output_dir(resume)
         self.searcher = BM25Searcher(index, config.k1, config.b, tokenizer=self.model.tokenizer, flavor=config.target)
         if self.searcher.meta.flavor != config.target:
@@ -285,6 +288,8 @@ class Trainer:
             raise UserError(f"{dataset.name}: no training query has a positive document in the corpus; "
                             f"fix: check the train qrels / positive_ctxs")
         self.qrels_rows = {e.qid: set(e.positives) for e in self.examples}
+        if fresh and config.aug_init == "centered":
+            self.model.center_aug_head([e.query for e in self.examples])
         self._hold_out_sentences()
         # The only document rows training reads (a random negative, for a query without any, is read when drawn).
         self.bm25.prefetch([r for e in self.examples for r in (*e.positives, *e.negatives)], desc="read document terms")

@@ -165,3 +165,19 @@ def test_aug_layer_pools_a_from_that_layer_and_w_from_the_last(tmp_path):
     assert QueryAugmenter.from_pretrained(tmp_path / "m").config.aug_layer == 0
     with pytest.raises(UserError, match="fix: pass 0 \\(the embeddings\\) to 2, or -1"):
         QueryAugmenter.from_encoder(layers=2, aug_layer=3)
+
+
+def test_centered_init_puts_the_mean_query_at_the_bias():
+    """``center_aug_head``: at the mean query vector of the queries it was given, every a(q) logit
+    is the initial bias, so a word starts proposed for a query nearer to it than the average
+    query, not for being near every query. A max-pooled head has no query vector to center."""
+    queries = ["vitamin d and birth weight", "statins lower cholesterol", "ALDH1 in breast cancer"]
+    model = QueryAugmenter.from_encoder(aug_init="centered").eval()
+    model.center_aug_head(queries)
+    enc = model.tokenize(queries)
+    with torch.no_grad():
+        mean = model._pooled(model._states(enc["input_ids"], enc["attention_mask"])[1], enc["attention_mask"]).mean(0)
+        logits = model.aug_head(mean)
+    assert torch.allclose(logits, torch.full_like(logits, model.config.aug_init_bias), atol=1e-4)
+    with pytest.raises(UserError, match="fix: use --pooling mean or cls"):
+        QueryAugmenter.from_encoder(aug_init="centered", pooling="max").center_aug_head(queries)

@@ -204,3 +204,22 @@ def test_a_student_learns_to_match_its_teachers_scores(tiny_wp, tmp_path):
     assert len(QueryAugmenter.from_pretrained(tmp_path / "student" / "last").encoder.encoder.layer) == 0
     with pytest.raises(UserError, match="--teacher"):
         Trainer(tiny_config(tmp_path / "wp", teacher=str(teacher)), ds, wp)
+
+
+def test_centered_init_is_centered_on_the_training_queries(tiny_wp, tmp_path):
+    """--aug-init centered: a fresh run centers the a(q) head on its own training queries (the
+    default tied init leaves every bias at -1); a resumed run keeps its trained head."""
+    import torch
+
+    ds, wp, _ = tiny_wp
+    plain = Trainer(tiny_config(tmp_path / "plain"), ds, wp).model.aug_head.bias
+    assert torch.all(plain == -1.0)
+    out = tmp_path / "centered"
+    trainer = Trainer(tiny_config(out, aug_init="centered"), ds, wp)
+    expected = trainer.model.aug_head.bias.detach().clone()
+    reference = type(trainer.model).from_encoder(target="wp", aug_init="centered")
+    reference.center_aug_head([e.query for e in trainer.examples])
+    assert torch.allclose(expected, reference.aug_head.bias, atol=1e-5) and expected.std() > 0.01
+    trainer.train()
+    resumed = Trainer(tiny_config(out, aug_init="centered", epochs=2), ds, wp, resume=True)
+    assert torch.equal(resumed.model.aug_head.bias, trainer.model.aug_head.bias)
