@@ -23,7 +23,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # unless the lever sets its own: the SciFact preset's 20 epochs came from the "20 epochs" levers,
 # today's EMA 0.99 and FLOPS 0.1 defaults from the "EMA 0.99, FLOPS 0.1" levers.
 BASE = ["--epochs", "6", "--ema-decay", "0", "--flops", "0", "--significance", "0"]
-LEVERS: dict[str, list[str]] = {
+# Today's default recipe for SciFact, which the later levers change one thing of, and where its lever
+# run (seed 13) is: the teacher of the distilled levers.
+RECIPE = ["--target", "flat", "--weight-floor", "1", "--epochs", "20", "--ema-decay", "0.99", "--flops", "0.1"]
+RECIPE_RUN = "runs/levers/scifact/flat__w_floor_1__20_epochs__EMA_0_99__FLOPS_0_1"
+LEVERS: dict[str, list[str]] =  {
     "wp (paper)": ["--target", "wp", "--weight-floor", "0"],
     "flat": ["--target", "flat", "--weight-floor", "0"],
     "flat, 4 hard negatives": ["--target", "flat", "--weight-floor", "0", "--hard-negatives", "4"],
@@ -57,25 +61,16 @@ LEVERS: dict[str, list[str]] = {
                                             "--flops", "1"],
     "flat, w floor 1, 20 epochs, FLOPS 0.1": ["--target", "flat", "--weight-floor", "1", "--epochs", "20",
                                               "--flops", "0.1"],
-    "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1": ["--target", "flat", "--weight-floor", "1", "--epochs", "20",
-                                                        "--ema-decay", "0.99", "--flops", "0.1"],
+    "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1": [*RECIPE],
     "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.3": ["--target", "flat", "--weight-floor", "1", "--epochs", "20",
                                                         "--ema-decay", "0.99", "--flops", "0.3"],
-    "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, encoder lr 5e-5": [
-        "--target", "flat", "--weight-floor", "1", "--epochs", "20", "--ema-decay", "0.99", "--flops", "0.1", "--lr", "5e-5"],
-    "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, no encoder layers": [
-        "--target", "flat", "--weight-floor", "1", "--epochs", "20", "--ema-decay", "0.99", "--flops", "0.1",
-        "--encoder-layers", "0"],
-    "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, a(q) from the embeddings": [
-        "--target", "flat", "--weight-floor", "1", "--epochs", "20", "--ema-decay", "0.99", "--flops", "0.1",
-        "--aug-layer", "0"],
-    # Distilled from the default recipe's model of the same seed (run that lever first).
+    "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, encoder lr 5e-5": [*RECIPE, "--lr", "5e-5"],
+    "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, no encoder layers": [*RECIPE, "--encoder-layers", "0"],
+    "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, a(q) from the embeddings": [*RECIPE, "--aug-layer", "0"],
+    # Distilled from the default recipe's run of the same seed (RECIPE_RUN; run that lever first).
     "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, no encoder layers, distilled": [
-        "--target", "flat", "--weight-floor", "1", "--epochs", "20", "--ema-decay", "0.99", "--flops", "0.1",
-        "--encoder-layers", "0", "--teacher", "runs/levers/scifact/flat__w_floor_1__20_epochs__EMA_0_99__FLOPS_0_1"],
-    "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, centered a(q) init": [
-        "--target", "flat", "--weight-floor", "1", "--epochs", "20", "--ema-decay", "0.99", "--flops", "0.1",
-        "--aug-init", "centered"],
+        *RECIPE, "--encoder-layers", "0", "--teacher", RECIPE_RUN],
+    "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, centered a(q) init": [*RECIPE, "--aug-init", "centered"],
     # Seed 14 (its own dev slice, so compare these two with each other only).
     "flat, w floor 1 (the default at 6 epochs), seed 14": ["--target", "flat", "--weight-floor", "1", "--seed", "14"],
     "flat, w floor 1, 2 encoder layers, seed 14": ["--target", "flat", "--weight-floor", "1", "--encoder-layers", "2",
@@ -85,27 +80,20 @@ LEVERS: dict[str, list[str]] = {
                                                               "20", "--encoder-layers", "2", "--seed", "14"],
     "flat, w floor 1, 20 epochs, EMA 0.99, seed 14": ["--target", "flat", "--weight-floor", "1", "--epochs", "20",
                                                       "--ema-decay", "0.99", "--seed", "14"],
-    "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, seed 14": ["--target", "flat", "--weight-floor", "1", "--epochs",
-                                                                 "20", "--ema-decay", "0.99", "--flops", "0.1",
-                                                                 "--seed", "14"],
+    "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, seed 14": [*RECIPE, "--seed", "14"],
     "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.3, seed 14": ["--target", "flat", "--weight-floor", "1", "--epochs",
                                                                  "20", "--ema-decay", "0.99", "--flops", "0.3",
                                                                  "--seed", "14"],
     "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, encoder lr 5e-5, seed 14": [
-        "--target", "flat", "--weight-floor", "1", "--epochs", "20", "--ema-decay", "0.99", "--flops", "0.1", "--lr", "5e-5",
-        "--seed", "14"],
+        *RECIPE, "--lr", "5e-5", "--seed", "14"],
     "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, no encoder layers, seed 14": [
-        "--target", "flat", "--weight-floor", "1", "--epochs", "20", "--ema-decay", "0.99", "--flops", "0.1",
-        "--encoder-layers", "0", "--seed", "14"],
+        *RECIPE, "--encoder-layers", "0", "--seed", "14"],
     "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, a(q) from the embeddings, seed 14": [
-        "--target", "flat", "--weight-floor", "1", "--epochs", "20", "--ema-decay", "0.99", "--flops", "0.1",
-        "--aug-layer", "0", "--seed", "14"],
+        *RECIPE, "--aug-layer", "0", "--seed", "14"],
     "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, no encoder layers, distilled, seed 14": [
-        "--target", "flat", "--weight-floor", "1", "--epochs", "20", "--ema-decay", "0.99", "--flops", "0.1",
-        "--encoder-layers", "0", "--teacher", "runs/levers/scifact/flat__w_floor_1__20_epochs__EMA_0_99__FLOPS_0_1__seed_14", "--seed", "14"],
+        *RECIPE, "--encoder-layers", "0", "--teacher", f"{RECIPE_RUN}__seed_14", "--seed", "14"],
     "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, centered a(q) init, seed 14": [
-        "--target", "flat", "--weight-floor", "1", "--epochs", "20", "--ema-decay", "0.99", "--flops", "0.1",
-        "--aug-init", "centered", "--seed", "14"],
+        *RECIPE, "--aug-init", "centered", "--seed", "14"],
 }
 TRANSFER_SPLIT = {"nfcorpus": "dev", "scifact": "train", "squad": "train"}  # never the test split
 
