@@ -119,6 +119,7 @@ _PREDATES = {"target": "wp", "weight_floor": 0.0, "pooling": None, "penalty_floo
              "aug_threshold": 0.0, "encoder_layers": None, "pseudo_queries": 0, "off_positive_penalty": 0.0,
              "ema_decay": 0.0, "flops": 0.0}
 NEGATIVES = ("bm25", "dpr")
+AUG_INITS = ("embeddings", "centered", "random")
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -230,8 +231,10 @@ class Trainer:
             raise UserError("no output directory; fix: pass --output-dir DIR")
         self.config, self.dataset, self.out = config, dataset, Path(config.output_dir)
         # Settings are checked before anything is written into the output directory.
-        if config.negatives not in NEGATIVES:
-            raise UserError(f"unknown --negatives {config.negatives!r}; fix: use one of {', '.join(NEGATIVES)}")
+        for flag, value, known in (("--negatives", config.negatives, NEGATIVES),
+                                   ("--aug-init", config.aug_init, AUG_INITS)):
+            if value not in known:
+                raise UserError(f"unknown {flag} {value!r}; fix: use one of {', '.join(known)}")
         if not 0 <= config.gate_quantile <= 1:
             raise UserError(f"--gate-quantile {config.gate_quantile} is not a quantile; fix: pass a number "
                             f"from 0 (no gate) to 1")

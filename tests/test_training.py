@@ -77,7 +77,8 @@ def test_presets_follow_the_paper():
 @pytest.mark.parametrize("bad", [dict(gate_quantile=1.5), dict(pseudo_queries=-1), dict(aug_threshold=-0.1),
                                  dict(negatives="mined"), dict(ema_decay=1.0),
                                  dict(significance=1.5), dict(flops=-1.0), dict(distill_weight=-1.0),
-                                 dict(teacher="no/such/run"), dict(encoder_layers=7), dict(aug_layer=7)])
+                                 dict(teacher="no/such/run"), dict(encoder_layers=7), dict(aug_layer=7),
+                                 dict(aug_init="tied")])
 def test_bad_settings_fail_before_anything_is_written(tiny_wp, tmp_path, bad):
     ds, wp, _ = tiny_wp
     with pytest.raises(UserError, match="fix:"):
