@@ -18,28 +18,14 @@ from pathlib import Path
 
 import numpy as np
 
-from bm25aug.doc_terms import DocTermReader
 from bm25aug.errors import UserError
+from bm25aug.evaluation import added_terms
 from bm25aug.index import ensure_index
 from bm25aug.model import QueryAugmenter
 from bm25aug.search import AugmentedSearcher
 from gate import dev_slice
 
 BANDS = (0.0, 0.01, 0.05, 1.0)  # df / N: rare, mid, common
-
-
-def added_terms(searcher: AugmentedSearcher, dev) -> list[tuple[str, str, float, bool]]:
-    """(qid, term, weight, found in a relevant document) for every added term of every dev query."""
-    index = searcher.searcher.index
-    reader = DocTermReader(index, pretokenized=searcher.searcher.meta.flavor == "wp")
-    qids = list(dev.queries)
-    rows = []
-    for qid, terms in zip(qids, searcher.term_lists([dev.queries[q] for q in qids])):
-        docs = [int(r) for r in index.doc_numbers([d for d, g in dev.qrels.get(qid, {}).items() if g > 0]) if r >= 0]
-        relevant = set().union(*(reader.terms(d) for d in docs))
-        original = searcher.searcher.query_terms(dev.queries[qid])
-        rows += [(qid, t, w, t in relevant) for t, w in terms.items() if t not in original]
-    return rows
 
 
 def main() -> None:
@@ -53,7 +39,8 @@ def main() -> None:
         searcher = AugmentedSearcher.from_pretrained(run / "best", ensure_index(dataset, "flat"))
     except (UserError, FileNotFoundError) as e:
         raise SystemExit(f"error: {e}; fix: pass a train.py output dir with best/ and config.json") from None
-    rows = added_terms(searcher, dev)
+    qids = list(dev.queries)
+    rows = list(added_terms(searcher.searcher, dict(zip(qids, searcher.term_lists([dev.queries[q] for q in qids]))), dev))
     per_word = Counter(t for _, t, _, _ in rows)
     print(f"{run}: {len(dev.queries)} dev queries, {len(rows)} added terms")
     print("most often added (queries):", ", ".join(f"{t} ({n})" for t, n in per_word.most_common(args.top)))

@@ -18,6 +18,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def slug(name: str) -> str:
+    """A lever's run folder name (under runs/levers/<source>/)."""
+    return "".join(c if c.isalnum() else "_" for c in name).strip("_")
+
+
 # Every lever names its target and weight floor (the defaults changed with these results). All run
 # the 6 epochs they were measured with, without a weight average, FLOPS or significance check (BASE),
 # unless the lever sets its own: the SciFact preset's 20 epochs came from the "20 epochs" levers,
@@ -26,8 +33,8 @@ BASE = ["--epochs", "6", "--ema-decay", "0", "--flops", "0", "--significance", "
 # Today's default recipe for SciFact, which the later levers change one thing of, and where its lever
 # run (seed 13) is: the teacher of the distilled levers.
 RECIPE = ["--target", "flat", "--weight-floor", "1", "--epochs", "20", "--ema-decay", "0.99", "--flops", "0.1"]
-RECIPE_RUN = "runs/levers/scifact/flat__w_floor_1__20_epochs__EMA_0_99__FLOPS_0_1"
-LEVERS: dict[str, list[str]] =  {
+RECIPE_RUN = f"runs/levers/scifact/{slug('flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1')}"
+LEVERS: dict[str, list[str]] = {
     "wp (paper)": ["--target", "wp", "--weight-floor", "0"],
     "flat": ["--target", "flat", "--weight-floor", "0"],
     "flat, 4 hard negatives": ["--target", "flat", "--weight-floor", "0", "--hard-negatives", "4"],
@@ -96,10 +103,6 @@ LEVERS: dict[str, list[str]] =  {
         *RECIPE, "--aug-init", "centered", "--seed", "14"],
 }
 TRANSFER_SPLIT = {"nfcorpus": "dev", "scifact": "train", "squad": "train"}  # never the test split
-
-
-def slug(name: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in name).strip("_")
 
 
 def run_point(name: str, flags: list[str], source: str, transfer: str, out: Path) -> dict:

@@ -121,14 +121,13 @@ def evaluate_split(run: dict[str, list[Hit]], split, corpus: Mapping[str, Docume
     return evaluate_qrels(run, split.qrels)
 
 
-def added_term_precision(searcher, term_lists: dict[str, dict[str, float]], split) -> dict[str, float]:
-    """How much of what the model adds is on topic: of the added terms (not among the query's own
-    index terms), the share, by weight and by count, that occurs in any of the query's judged-
-    relevant documents, as the index stores them. Summed over the judged queries, then divided."""
+def added_terms(searcher, term_lists: dict[str, dict[str, float]], split):
+    """``(qid, term, weight, found)`` for each added term (not among the query's own index terms)
+    of each judged query: whether it occurs in any of the query's judged-relevant documents, as the
+    index stores them."""
     from bm25aug.doc_terms import DocTermReader
 
     reader = DocTermReader(searcher.index, pretokenized=searcher.meta.flavor == "wp")
-    weight = weight_hit = count = count_hit = 0.0
     for qid, terms in term_lists.items():
         judged = [d for d, g in split.qrels.get(qid, {}).items() if g > 0]
         docs = [int(r) for r in searcher.index.doc_numbers(judged) if r >= 0]
@@ -137,10 +136,17 @@ def added_term_precision(searcher, term_lists: dict[str, dict[str, float]], spli
         relevant = set().union(*(reader.terms(d) for d in docs))
         original = searcher.query_terms(split.queries[qid])
         for t, w in terms.items():
-            if t in original:
-                continue
-            found = t in relevant
-            weight, count = weight + w, count + 1
-            weight_hit, count_hit = weight_hit + w * found, count_hit + found
+            if t not in original:
+                yield qid, t, w, t in relevant
+
+
+def added_term_precision(searcher, term_lists: dict[str, dict[str, float]], split) -> dict[str, float]:
+    """How much of what the model adds is on topic: of the added terms (``added_terms``), the
+    share, by weight and by count, found in a judged-relevant document. Summed over the judged
+    queries, then divided."""
+    weight = weight_hit = count = count_hit = 0.0
+    for _, _, w, found in added_terms(searcher, term_lists, split):
+        weight, count = weight + w, count + 1
+        weight_hit, count_hit = weight_hit + w * found, count_hit + found
     return {"added_precision_weight": weight_hit / weight if weight else 0.0,
             "added_precision_count": count_hit / count if count else 0.0}
