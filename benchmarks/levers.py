@@ -30,8 +30,9 @@ def slug(name: str) -> str:
 # unless the lever sets its own: the SciFact preset's 20 epochs came from the "20 epochs" levers,
 # today's EMA 0.99 and FLOPS 0.1 defaults from the "EMA 0.99, FLOPS 0.1" levers.
 BASE = ["--epochs", "6", "--ema-decay", "0", "--flops", "0", "--significance", "0"]
-# Today's default recipe for SciFact, which the later levers change one thing of, and where its lever
-# run (seed 13) is: the teacher of the distilled levers.
+# The SciFact recipe the later levers change one thing of (the default until the "random negatives"
+# levers, which SciFact's preset now adds), and where its lever run (seed 13) is: the teacher of the
+# distilled levers.
 RECIPE = ["--target", "flat", "--weight-floor", "1", "--epochs", "20", "--ema-decay", "0.99", "--flops", "0.1"]
 RECIPE_RUN = f"runs/levers/scifact/{slug('flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1')}"
 LEVERS: dict[str, list[str]] = {
@@ -78,6 +79,7 @@ LEVERS: dict[str, list[str]] = {
     "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, no encoder layers, distilled": [
         *RECIPE, "--encoder-layers", "0", "--teacher", RECIPE_RUN],
     "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, centered a(q) init": [*RECIPE, "--aug-init", "centered"],
+    "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, 1024 random negatives": [*RECIPE, "--random-negatives", "1024"],
     # Seed 14 (its own dev slice, so compare these two with each other only).
     "flat, w floor 1 (the default at 6 epochs), seed 14": ["--target", "flat", "--weight-floor", "1", "--seed", "14"],
     "flat, w floor 1, 2 encoder layers, seed 14": ["--target", "flat", "--weight-floor", "1", "--encoder-layers", "2",
@@ -101,6 +103,8 @@ LEVERS: dict[str, list[str]] = {
         *RECIPE, "--encoder-layers", "0", "--teacher", f"{RECIPE_RUN}__seed_14", "--seed", "14"],
     "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, centered a(q) init, seed 14": [
         *RECIPE, "--aug-init", "centered", "--seed", "14"],
+    "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, 1024 random negatives, seed 14": [
+        *RECIPE, "--random-negatives", "1024", "--seed", "14"],
 }
 TRANSFER_SPLIT = {"nfcorpus": "dev", "scifact": "train", "squad": "train"}  # never the test split
 

@@ -140,8 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", help="default: checkpoints/<dataset>")
     p.add_argument("--encoder", help="HF model name or path (default: distilbert-base-uncased, else offline MiniLM)")
     for name, typ in (("epochs", int), ("batch_size", int), ("lr", float), ("head_lr", float), ("lam", float),
-                      ("hard_negatives", int), ("negative_depth", int), ("seed", int), ("dev_size", int),
-                      ("weight_floor", float), ("penalty_floor", float)):
+                      ("hard_negatives", int), ("random_negatives", int), ("negative_depth", int), ("seed", int),
+                      ("dev_size", int), ("weight_floor", float), ("penalty_floor", float)):
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=typ, help="default: the dataset's preset")
     p.add_argument("--off-positive-penalty", type=float, help="L1 penalty at least this for a(q) entries whose term "
                                                               "is in none of the query's relevant documents (default 0)")

@@ -77,6 +77,10 @@ class TrainConfig:
     use_augmentation: bool = True  # ablation: a ≡ 0 (reweighting only)
     bag_of_words: bool = False  # ablation: score with bow(d), no idf or tf saturation
     hard_negatives: int = 1  # per query per step
+    # Documents drawn uniformly from the whole corpus per step, shared by the batch's queries as
+    # extra negatives (0: none). Without them the ranking loss sees only the batch's positives and
+    # hard negatives, so an added word found in none of those costs nothing but its small penalty.
+    random_negatives: int = 0
     pseudo_queries: int = 0  # add N pseudo-queries cut from the corpus to the training queries (bm25aug.pseudo)
     negative_depth: int = 30  # mined from the top of BM25 on the target's index, judged positives excluded
     # Where hard negatives come from: "bm25" (mined from our own index, as the paper does) or "dpr"
@@ -141,14 +145,15 @@ PRESETS: dict[str, dict] = {
     "entityquestions": dict(lr=3e-4, head_lr=3e-4, batch_size=144, lam=0.1, epochs=10, hard_negatives=1),
     "msmarco": dict(lr=3e-5, head_lr=3e-5, batch_size=144, lam=0.025, epochs=2, hard_negatives=4),
     # On SciFact 6 epochs are 138 steps; its dev slice climbs until about epoch 11 and holds to 20, on
-    # two seeds, with transfer unchanged (benchmarks/levers.py, the "20 epochs" levers).
-    "scifact": {**_SMALL_BEIR, "epochs": 20},
+    # two seeds, with transfer unchanged (benchmarks/levers.py, the "20 epochs" levers). 1024 random
+    # negatives (a fifth of its corpus per step): the "random negatives" levers.
+    "scifact": {**_SMALL_BEIR, "epochs": 20, "random_negatives": 1024},
     "squad": dict(lr=3e-5, head_lr=1e-3, batch_size=64, lam=0.1, epochs=3, hard_negatives=1, dev_size=500),
 }
 
 
 class AugmentationLoss(nn.Module):
-    """``-log softmax(score(q, d+))`` over positive, hard and in-batch negatives, + ``λ·penaltyᵀa``.
+    """``-log softmax(score(q, d+))`` over positive, hard, random and in-batch negatives, + ``λ·penaltyᵀa``.
 
     The penalty of a vocabulary entry is ``sqrt(df/N)`` of the index term it reaches (through the
     target's map for ``flat``), at least ``penalty_floor``: with the paper's sqrt(df/N) alone a term
@@ -243,10 +248,10 @@ class Trainer:
             if not 0 <= value < 1:
                 raise UserError(f"{flag} {value} is not {what}; fix: pass a number from 0 (off) to below 1, "
                                 f"such as {example}")
-        if min(config.pseudo_queries, config.aug_threshold, config.off_positive_penalty, config.flops,
-               config.distill_weight) < 0:
-            raise UserError("--pseudo-queries, --aug-threshold, --off-positive-penalty, --flops and --distill-weight "
-                            "cannot be negative; fix: pass 0 or more")
+        if min(config.pseudo_queries, config.random_negatives, config.aug_threshold, config.off_positive_penalty,
+               config.flops, config.distill_weight) < 0:
+            raise UserError("--pseudo-queries, --random-negatives, --aug-threshold, --off-positive-penalty, --flops "
+                            "and --distill-weight cannot be negative; fix: pass 0 or more")
         self.teacher = self._teacher()
         self.resume = resume
         _seed_everything(config.seed)
@@ -457,6 +462,8 @@ class Trainer:
         for e in batch:
             pool = e.negatives or [rng.randrange(self.bm25.num_docs)]
             rows.extend(rng.sample(pool, min(c.hard_negatives, len(pool))))
+        if c.random_negatives:
+            rows.extend(rng.sample(range(self.bm25.num_docs), min(c.random_negatives, self.bm25.num_docs)))
         # A document judged positive for a query is no negative for it, wherever it sits in the batch.
         mask = torch.tensor([[j != i and r in self.qrels_rows[e.qid] for j, r in enumerate(rows)]
                              for i, e in enumerate(batch)])

@@ -68,13 +68,15 @@ def test_presets_follow_the_paper():
     assert (nq.lr, nq.batch_size, nq.lam, nq.epochs, nq.hard_negatives) == (3e-4, 144, 0.1, 45, 1)
     mm = TrainConfig.for_dataset("msmarco", epochs=1)
     assert (mm.lr, mm.lam, mm.hard_negatives, mm.epochs) == (3e-5, 0.025, 4, 1)
-    # SciFact differs from the other small sets only in its epochs; an override still wins.
+    # SciFact differs from the other small sets only in its epochs and random negatives; an override still wins.
     scifact, nfcorpus = TrainConfig.for_dataset("scifact"), TrainConfig.for_dataset("nfcorpus")
     assert (scifact.epochs, nfcorpus.epochs, TrainConfig.for_dataset("scifact", epochs=6).epochs) == (20, 6, 6)
-    assert {**vars(scifact), "epochs": 6, "dataset": "nfcorpus"} == vars(nfcorpus)
+    assert (scifact.random_negatives, nfcorpus.random_negatives) == (1024, 0)
+    assert {**vars(scifact), "epochs": 6, "random_negatives": 0, "dataset": "nfcorpus"} == vars(nfcorpus)
 
 
-@pytest.mark.parametrize("bad", [dict(gate_quantile=1.5), dict(pseudo_queries=-1), dict(aug_threshold=-0.1),
+@pytest.mark.parametrize("bad", [dict(gate_quantile=1.5), dict(pseudo_queries=-1), dict(random_negatives=-1),
+                                 dict(aug_threshold=-0.1),
                                  dict(negatives="mined"), dict(ema_decay=1.0),
                                  dict(significance=1.5), dict(flops=-1.0), dict(distill_weight=-1.0),
                                  dict(teacher="no/such/run"), dict(encoder_layers=7), dict(aug_layer=7),
@@ -224,3 +226,51 @@ def test_centered_init_is_centered_on_the_training_queries(tiny_wp, tmp_path):
     trainer.train()
     resumed = Trainer(tiny_config(out, aug_init="centered", epochs=2), ds, wp, resume=True)
     assert torch.equal(resumed.model.aug_head.bias, trainer.model.aug_head.bias)
+
+
+def test_random_negatives_price_added_words_found_outside_the_batch(tiny_wp, tmp_path):
+    """--random-negatives R: each step also scores R distinct corpus documents for every query of the
+    batch (a query's own positives among them masked), so a word a(q) adds that only such a document
+    holds now raises the ranking loss; without them it costs nothing there."""
+    import random
+
+    import torch
+
+    ds, _, flat = tiny_wp
+    trainer = Trainer(tiny_config(tmp_path / "r", target="flat", weight_floor=1.0, random_negatives=8), ds, flat)
+    seen = {}
+    score = trainer._loss
+
+    def spy(qb, w, a, rows, mask, relevant=None):
+        seen.update(rows=list(rows), mask=mask)
+        return score(qb, w, a, rows, mask, relevant)
+
+    trainer._loss = spy
+    batch = trainer.examples[:2]
+    trainer._step(batch, random.Random(0))
+    rows, mask = seen["rows"], seen["mask"]
+    assert len(rows) == 2 + 2 + 8 and sorted(rows[4:]) == list(range(8))  # all 8 documents, once each
+    for i, example in enumerate(batch):
+        drawn = [j for j in range(4, len(rows)) if rows[j] in trainer.qrels_rows[example.qid]]
+        assert drawn and all(mask[i, j] for j in drawn)
+
+    example = batch[0]
+    doc, word = ("d7", "sparrows") if example.qid == "q6" else ("d6", "galaxies")  # not the query's positive
+    holder = trainer.bm25.rows([doc])
+    others = [r for r in range(8) if r not in example.positives + holder]
+    vocab = trainer.model.tokenizer.get_vocab()
+    qb = trainer.target.batch([example.query])
+
+    def gradient(rows: list[int]) -> float:
+        """d(ranking loss)/d(a of the word) when the query adds it, its positive scored first."""
+        a = torch.zeros(1, len(vocab))
+        a[0, vocab[word]] = 0.5
+        a.requires_grad_(True)
+        boosts = trainer.target.boosts(qb, torch.ones(1, qb.input_ids.shape[1]), a, trainer.cmap)
+        scores = trainer.bm25.score(boosts, example.positives[:1] + rows)
+        trainer.loss(a, scores, torch.zeros(1, dtype=torch.long), torch.zeros_like(scores, dtype=torch.bool))[
+            "loss"].backward()
+        return float(a.grad[0, vocab[word]])
+
+    penalty_only = gradient(others[:1])
+    assert gradient(others[:1] + holder) > penalty_only  # the document that holds the word now counts
