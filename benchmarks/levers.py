@@ -80,6 +80,8 @@ LEVERS: dict[str, list[str]] = {
         *RECIPE, "--encoder-layers", "0", "--teacher", RECIPE_RUN],
     "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, centered a(q) init": [*RECIPE, "--aug-init", "centered"],
     "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, 1024 random negatives": [*RECIPE, "--random-negatives", "1024"],
+    "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, 1024 random negatives, no encoder layers": [
+        *RECIPE, "--random-negatives", "1024", "--encoder-layers", "0"],
     # Seed 14 (its own dev slice, so compare these two with each other only).
     "flat, w floor 1 (the default at 6 epochs), seed 14": ["--target", "flat", "--weight-floor", "1", "--seed", "14"],
     "flat, w floor 1, 2 encoder layers, seed 14": ["--target", "flat", "--weight-floor", "1", "--encoder-layers", "2",
@@ -105,6 +107,8 @@ LEVERS: dict[str, list[str]] = {
         *RECIPE, "--aug-init", "centered", "--seed", "14"],
     "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, 1024 random negatives, seed 14": [
         *RECIPE, "--random-negatives", "1024", "--seed", "14"],
+    "flat, w floor 1, 20 epochs, EMA 0.99, FLOPS 0.1, 1024 random negatives, no encoder layers, seed 14": [
+        *RECIPE, "--random-negatives", "1024", "--encoder-layers", "0", "--seed", "14"],
 }
 TRANSFER_SPLIT = {"nfcorpus": "dev", "scifact": "train", "squad": "train"}  # never the test split
 
