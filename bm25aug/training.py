@@ -299,7 +299,8 @@ class Trainer:
         if fresh and config.aug_init == "centered":
             self.model.center_aug_head([e.query for e in self.examples])
         self._hold_out_sentences()
-        # The only document rows training reads (a random negative, for a query without any, is read when drawn).
+        # The document rows training reads up front; random negatives (and a random one for a query
+        # without hard negatives) are read when first drawn.
         self.bm25.prefetch([r for e in self.examples for r in (*e.positives, *e.negatives)], desc="read document terms")
         self.steps_per_epoch = math.ceil(len(self.examples) / config.batch_size)
         self.optimizer, self.scheduler = self._optimizer()
@@ -469,7 +470,7 @@ class Trainer:
                              for i, e in enumerate(batch)])
         qb = self.target.batch(queries)
         cuda = self.device.type == "cuda"
-        ids, attention = (_to(torch.from_numpy(x), self.device) for x in (qb.input_ids, qb.attention_mask))
+        ids, attention = self._inputs(qb)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):  # the encoder; BM25 stays in float32
             out = self.model(ids, attention)
         w, a = out.token_weights.float(), out.augmentation.float()
@@ -482,6 +483,10 @@ class Trainer:
         if self.average:
             self.average.update(self.model)
         return parts
+
+    def _inputs(self, qb) -> tuple[torch.Tensor, torch.Tensor]:
+        """A query batch's token ids and attention mask on the training device (the encoder's input)."""
+        return tuple(_to(torch.from_numpy(x), self.device) for x in (qb.input_ids, qb.attention_mask))
 
     def _served_weights(self):
         """A context in which the model holds the weights that dev checks and best/ see."""
@@ -512,8 +517,7 @@ class Trainer:
         """The teacher's BM25 scores of the batch (queries x documents), its term lists as served."""
         if self.teacher is None:
             return None
-        ids, attention = (_to(torch.from_numpy(x), self.device) for x in (qb.input_ids, qb.attention_mask))
-        out = self.teacher(ids, attention)
+        out = self.teacher(*self._inputs(qb))
         boosts = self.teacher.target.boosts(qb, out.token_weights.float(), out.augmentation.float(), self.cmap)
         return self.bm25.score(boosts, rows)
 
