@@ -8,6 +8,10 @@ weight on terms found in one of the query's judged-relevant documents, as ``eval
 per band of the added term's document frequency, and the range of the a(q) head's bias (how far
 training moved it from its start). It shows where the words the precision counts as misses come
 from: rare words that match nothing relevant, or generic ones proposed for many queries.
+
+``--df-floors F ...`` asks what a floor on added words would do, without training one: added words
+in fewer than F·N of the searched index's documents are dropped before search (query words always
+stay), on the dev slice and on ``--transfer``'s dev split, served by the same model.
 """
 
 from __future__ import annotations
@@ -19,19 +23,43 @@ from pathlib import Path
 import numpy as np
 
 from bm25aug.errors import UserError
-from bm25aug.evaluation import added_terms
+from bm25aug.data import load_dataset
+from bm25aug.evaluation import added_term_precision, added_terms, evaluate_split
 from bm25aug.index import ensure_index
 from bm25aug.model import QueryAugmenter
 from bm25aug.search import AugmentedSearcher
 from gate import dev_slice
 
 BANDS = (0.0, 0.01, 0.05, 1.0)  # df / N: rare, mid, common
+TRANSFER_SPLIT = "dev"  # never a test split
+
+
+def floor_rows(searcher: AugmentedSearcher, dataset, split, floors: list[float]) -> list[str]:
+    """Table rows: nDCG@10, added terms per query and precision by weight with added words under
+    each df / N floor dropped at search time."""
+    qids = list(split.queries)
+    lists = dict(zip(qids, searcher.term_lists([split.queries[q] for q in qids])))
+    index, n_docs = searcher.searcher.index, searcher.searcher.num_docs
+    rows = []
+    for floor in floors:
+        kept = {}
+        for q, terms in lists.items():
+            original = searcher.searcher.query_terms(split.queries[q])
+            kept[q] = {t: w for t, w in terms.items() if t in original or index.doc_freq(t) >= floor * n_docs}
+        run = {q: searcher.searcher.search_terms(t) for q, t in kept.items()}
+        ndcg = evaluate_split(run, split, dataset.corpus)["ndcg@10"]
+        added = sum(len(t.keys() - searcher.searcher.query_terms(split.queries[q]).keys()) for q, t in kept.items())
+        precision = added_term_precision(searcher.searcher, kept, split)["added_precision_weight"]
+        rows.append(f"| {dataset.name} | {floor:g} | {ndcg:.4f} | {added / len(kept):.2f} | {precision:.3f} |")
+    return rows
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", required=True, help="a train.py output dir (its best/ and dev slice are read)")
     p.add_argument("--top", type=int, default=15, help="most frequently added words to list")
+    p.add_argument("--df-floors", type=float, nargs="+", help="df / N floors to probe for added words (see above)")
+    p.add_argument("--transfer", default="nfcorpus", help=f"dataset whose {TRANSFER_SPLIT} split the floors are also probed on")
     args = p.parse_args()
     run = Path(args.checkpoint)
     try:
@@ -55,6 +83,21 @@ def main() -> None:
         print(f"| {low:g}–{high:g} | {int(band.sum())} | {weight[band].sum():.2f} | {share:.3f} |")
     bias = QueryAugmenter.from_pretrained(run / "best").aug_head.bias.detach()
     print(f"a(q) head bias: {float(bias.min()):.3f} to {float(bias.max()):.3f}")
+    if args.df_floors:
+        try:
+            other = load_dataset(args.transfer)
+            if TRANSFER_SPLIT not in other.splits():
+                raise UserError(f"{args.transfer} has no {TRANSFER_SPLIT} split; fix: pass a --transfer with one (e.g. nfcorpus)")
+            transfer = AugmentedSearcher.from_pretrained(run / "best", ensure_index(other, "flat"))
+            transfer_split = other.split(TRANSFER_SPLIT)
+            if not transfer_split.qrels:
+                raise UserError(f"{args.transfer} is judged by answers, not qrels; fix: pass a BEIR --transfer")
+        except UserError as e:
+            raise SystemExit(f"error: {e}") from None
+        print("added words under a df / N floor dropped at search time:")
+        print("| dataset | floor | nDCG@10 | added terms / query | precision by weight |\n|---|---|---|---|---|")
+        print("\n".join(floor_rows(searcher, dataset, dev, args.df_floors)
+                        + floor_rows(transfer, other, transfer_split, args.df_floors)))
 
 
 if __name__ == "__main__":
