@@ -200,10 +200,12 @@ class LuceneIndex:
             self.searcher.setSimilarity(self.j.BM25(float(k1), float(b)))
             self.num_docs = int(self.reader.maxDoc())
         self.docids = read_docids(self.path, self.reader)
-        self._by_id = np.argsort(self.docids.astype(str), kind="stable")  # Lucene docs in external-id order
-        self._sorted_ids = self.docids[self._by_id].astype(str)
+        # Lucene doc numbers in external-id order: an order of the documents that does not depend on
+        # how the index was built (a multi-threaded build numbers them differently each time).
+        self.by_id = np.argsort(self.docids.astype(str), kind="stable")
+        self._sorted_ids = self.docids[self.by_id].astype(str)
         self.id_rank = np.empty(len(self.docids), np.int64)
-        self.id_rank[self._by_id] = np.arange(len(self.docids))
+        self.id_rank[self.by_id] = np.arange(len(self.docids))
         self._df: dict[tuple[str, str], int] = {}  # a model proposes terms from a fixed vocabulary
 
     def doc_freq(self, term: str, field: str = FIELD) -> int:
@@ -224,7 +226,7 @@ class LuceneIndex:
         if not len(ids) or not len(self._sorted_ids):
             return np.full(len(ids), -1, np.int64)
         at = np.minimum(np.searchsorted(self._sorted_ids, ids), len(self._sorted_ids) - 1)
-        return np.where(self._sorted_ids[at] == ids, self._by_id[at], -1).astype(np.int64)
+        return np.where(self._sorted_ids[at] == ids, self.by_id[at], -1).astype(np.int64)
 
     # ---------------------------------------------------------------------------------- queries
     def weighted_query(self, terms: dict[str, float], field: str = FIELD):

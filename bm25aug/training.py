@@ -460,11 +460,15 @@ class Trainer:
         c = self.config
         queries = [e.query for e in batch]
         rows = [rng.choice(e.positives) for e in batch]
+        # Documents drawn at random are drawn in external-id order, so that a seed draws the same
+        # documents from every build of the index (Lucene numbers them in build order).
+        by_id = self.bm25.index.by_id
         for e in batch:
-            pool = e.negatives or [rng.randrange(self.bm25.num_docs)]
+            pool = e.negatives or [int(by_id[rng.randrange(self.bm25.num_docs)])]
             rows.extend(rng.sample(pool, min(c.hard_negatives, len(pool))))
         if c.random_negatives:
-            rows.extend(rng.sample(range(self.bm25.num_docs), min(c.random_negatives, self.bm25.num_docs)))
+            drawn = rng.sample(range(self.bm25.num_docs), min(c.random_negatives, self.bm25.num_docs))
+            rows.extend(by_id[drawn].tolist())
         # A document judged positive for a query is no negative for it, wherever it sits in the batch.
         mask = torch.tensor([[j != i and r in self.qrels_rows[e.qid] for j, r in enumerate(rows)]
                              for i, e in enumerate(batch)])

@@ -274,3 +274,34 @@ def test_random_negatives_price_added_words_found_outside_the_batch(tiny_wp, tmp
 
     penalty_only = gradient(others[:1])
     assert gradient(others[:1] + holder) > penalty_only  # the document that holds the word now counts
+
+
+def test_random_draws_are_the_same_documents_whatever_order_the_index_was_built_in(tiny_wp, tmp_path):
+    """A seed must draw the same random negatives from every build of an index: a multi-threaded
+    build numbers documents differently each time, and drawing Lucene doc numbers made a fresh
+    clone train a different default model."""
+    import random
+
+    from bm25aug.data import load_dataset
+    from bm25aug.index import ensure_index
+    from conftest import TINY_DOCS, write_beir
+
+    ds, _, flat = tiny_wp
+    reversed_ds = load_dataset(str(write_beir(tmp_path / "tiny", docs=dict(reversed(TINY_DOCS.items())))))
+    reversed_flat = ensure_index(reversed_ds, "flat", tmp_path / "indexes")
+    drawn = []
+    for name, (dataset, index) in {"a": (ds, flat), "b": (reversed_ds, reversed_flat)}.items():
+        trainer = Trainer(tiny_config(tmp_path / name, target="flat", random_negatives=3), dataset, index)
+        seen = {}
+        score = trainer._loss
+
+        def spy(qb, w, a, rows, mask, relevant=None, score=score, seen=seen):
+            seen["rows"] = list(rows)
+            return score(qb, w, a, rows, mask, relevant)
+
+        trainer._loss = spy
+        trainer._step(trainer.examples[:2], random.Random(0))
+        drawn.append((list(trainer.bm25.docids), [trainer.bm25.docids[r] for r in seen["rows"]]))
+    (numbering_a, docs_a), (numbering_b, docs_b) = drawn
+    assert numbering_a != numbering_b  # the two builds do number the documents differently
+    assert docs_a == docs_b
