@@ -11,7 +11,7 @@ from: rare words that match nothing relevant, or generic ones proposed for many 
 
 ``--df-floors F ...`` asks what a floor on added words would do, without training one: added words
 in fewer than F·N of the searched index's documents are dropped before search (query words always
-stay), on the dev slice and on ``--transfer``'s dev split, served by the same model.
+stay), on the dev slice and on ``--transfer``'s non-test split, served by the same model.
 """
 
 from __future__ import annotations
@@ -27,30 +27,29 @@ from bm25aug.data import load_dataset
 from bm25aug.evaluation import added_term_precision, added_terms, evaluate_split
 from bm25aug.index import ensure_index
 from bm25aug.model import QueryAugmenter
-from bm25aug.search import AugmentedSearcher
+from bm25aug.search import AugmentedSearcher, mean_added_terms
 from gate import dev_slice
+from levers import TRANSFER_SPLIT
 
 BANDS = (0.0, 0.01, 0.05, 1.0)  # df / N: rare, mid, common
-TRANSFER_SPLIT = "dev"  # never a test split
 
 
 def floor_rows(searcher: AugmentedSearcher, dataset, split, floors: list[float]) -> list[str]:
     """Table rows: nDCG@10, added terms per query and precision by weight with added words under
     each df / N floor dropped at search time."""
+    bm25 = searcher.searcher
     qids = list(split.queries)
-    lists = dict(zip(qids, searcher.term_lists([split.queries[q] for q in qids])))
-    index, n_docs = searcher.searcher.index, searcher.searcher.num_docs
+    texts = [split.queries[q] for q in qids]
+    lists = searcher.term_lists(texts)
+    originals = [bm25.query_terms(text) for text in texts]
     rows = []
     for floor in floors:
-        kept = {}
-        for q, terms in lists.items():
-            original = searcher.searcher.query_terms(split.queries[q])
-            kept[q] = {t: w for t, w in terms.items() if t in original or index.doc_freq(t) >= floor * n_docs}
-        run = {q: searcher.searcher.search_terms(t) for q, t in kept.items()}
+        kept = [{t: w for t, w in terms.items() if t in original or bm25.index.doc_freq(t) >= floor * bm25.num_docs}
+                for terms, original in zip(lists, originals)]
+        run = {q: bm25.search_terms(terms) for q, terms in zip(qids, kept)}
         ndcg = evaluate_split(run, split, dataset.corpus)["ndcg@10"]
-        added = sum(len(t.keys() - searcher.searcher.query_terms(split.queries[q]).keys()) for q, t in kept.items())
-        precision = added_term_precision(searcher.searcher, kept, split)["added_precision_weight"]
-        rows.append(f"| {dataset.name} | {floor:g} | {ndcg:.4f} | {added / len(kept):.2f} | {precision:.3f} |")
+        precision = added_term_precision(bm25, dict(zip(qids, kept)), split)["added_precision_weight"]
+        rows.append(f"| {dataset.name} | {floor:g} | {ndcg:.4f} | {mean_added_terms(bm25, texts, kept):.2f} | {precision:.3f} |")
     return rows
 
 
@@ -59,7 +58,8 @@ def main() -> None:
     p.add_argument("--checkpoint", required=True, help="a train.py output dir (its best/ and dev slice are read)")
     p.add_argument("--top", type=int, default=15, help="most frequently added words to list")
     p.add_argument("--df-floors", type=float, nargs="+", help="df / N floors to probe for added words (see above)")
-    p.add_argument("--transfer", default="nfcorpus", help=f"dataset whose {TRANSFER_SPLIT} split the floors are also probed on")
+    p.add_argument("--transfer", default="nfcorpus", choices=sorted(TRANSFER_SPLIT),
+                   help="dataset whose non-test split (as levers.py scores transfer) the floors are also probed on")
     args = p.parse_args()
     run = Path(args.checkpoint)
     try:
@@ -86,12 +86,12 @@ def main() -> None:
     if args.df_floors:
         try:
             other = load_dataset(args.transfer)
-            if TRANSFER_SPLIT not in other.splits():
-                raise UserError(f"{args.transfer} has no {TRANSFER_SPLIT} split; fix: pass a --transfer with one (e.g. nfcorpus)")
             transfer = AugmentedSearcher.from_pretrained(run / "best", ensure_index(other, "flat"))
-            transfer_split = other.split(TRANSFER_SPLIT)
-            if not transfer_split.qrels:
-                raise UserError(f"{args.transfer} is judged by answers, not qrels; fix: pass a BEIR --transfer")
+            transfer_split = other.split(TRANSFER_SPLIT[args.transfer])
+            for name, split in ((dataset.name, dev), (args.transfer, transfer_split)):
+                if split.answers:  # nDCG@10 and the added-term precision need graded qrels
+                    raise UserError(f"{name} is judged by answers, not qrels; fix: probe --df-floors with a "
+                                    f"model and a --transfer of BEIR sets")
         except UserError as e:
             raise SystemExit(f"error: {e}") from None
         print("added words under a df / N floor dropped at search time:")
