@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from functools import lru_cache
 
 import numpy as np
 import scipy.sparse as sp
 
-from bm25aug.io import CACHE_ROOT, atomic_write_text
-from bm25aug.java import JNI_LOCK, jclass
+from bm25aug.io import CACHE_ROOT, atomic_write_text, derived_ok, record_derived, source_key
+from bm25aug.java import JNI_LOCK, anserini_jar, jclass
 from bm25aug.lucene import FIELD, java
 from bm25aug.tokenization import vocab_hash
 
@@ -104,16 +105,17 @@ def flat_map(tokenizer) -> FlatMap:
     if cached is not None:
         return cached
     path = CACHE_DIR / f"{key}.{ANALYZER}.json"
-    if path.exists():
+    source = source_key("flat_map", key, ANALYZER, Path(anserini_jar()).name)
+    if derived_ok(path, source):
         saved = json.loads(path.read_text())
         result = FlatMap(np.asarray(saved["vocab_ids"], np.int64), np.asarray(saved["term_ids"], np.int64),
                          saved["terms"], saved["vocab_size"])
     else:
         result = _build(tokenizer)
-        path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps({"analyzer": ANALYZER, "vocab_size": result.vocab_size,
                                             "vocab_ids": result.vocab_ids.tolist(),
                                             "term_ids": result.term_ids.tolist(), "terms": result.terms}))
+        record_derived(path, source)
     _loaded[key] = result
     return result
 

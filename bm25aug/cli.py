@@ -74,22 +74,20 @@ def cmd_train(args) -> None:
 
 # ----------------------------------------------------------------------------------------- eval
 def cmd_eval(args) -> None:
-    from bm25aug.experiment import EvalConfig, evaluate, format_table, score_run
-    from bm25aug.io import check_output_path, write_json
+    from bm25aug.experiment import EvalConfig, evaluate, format_table, inputs, score_run
+    from bm25aug.io import check_outputs, write_json
     from bm25aug.search import write_trec_run
 
     name = args.transfer or args.dataset
     if not name:
         raise UserError("no dataset; fix: pass --dataset NAME (or --transfer NAME)")
-    for option, path in (("--output", args.output), ("--json-out", args.json_out)):
-        if path:
-            check_output_path(path, option)
     method = args.method or ("augmented" if (args.checkpoint or args.transfer) else "bm25-wp")
     config = EvalConfig(dataset=name, method=method, split=args.split, checkpoint=args.checkpoint,
                         transfer=bool(args.transfer), k=args.k, k1=args.k1, b=args.b, runtime=args.runtime,
                         index_root=args.index_root, data_dir=args.data_dir, threads=args.threads,
                         index=args.index, tokenizer=args.tokenizer, remove_query=args.remove_query,
                         companions=args.companions, aug_gate=args.aug_gate)
+    check_outputs({"--output": args.output, "--json-out": args.json_out}, inputs(config, args.run))
     if args.run:
         metrics = score_run(config, args.run)
         print(format_table({Path(args.run).name: metrics}))
@@ -112,12 +110,13 @@ def cmd_export(args) -> None:
     from bm25aug.experiment import resolve_checkpoint
     from bm25aug.export import export_term_lists
     from bm25aug.fast_encoder import load_encoder
-    from bm25aug.io import check_output_path
+    from bm25aug.io import check_outputs
 
-    check_output_path(args.output, "--output")
     dataset = load_dataset(args.dataset, args.data_dir)
+    checkpoint = resolve_checkpoint(args.checkpoint, dataset.name, False)
+    check_outputs({"--output": args.output}, {"the dataset": dataset.path, "--checkpoint": checkpoint})
     split = dataset.split(args.split or dataset.spec.eval_split)
-    model = load_encoder(resolve_checkpoint(args.checkpoint, dataset.name, False), args.runtime)
+    model = load_encoder(checkpoint, args.runtime)
     n = export_term_lists(model, split.queries, args.output, top_k=args.top_k, threshold=args.threshold)
     print(f"wrote {n} weighted term lists to {args.output}")
 
@@ -229,13 +228,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bm25aug.interrupts import install
+    from bm25aug.limits import check_all
+
     _setup_logging()
+    install()  # SIGTERM, as Ctrl-C, unwinds through cleanup (bm25aug.interrupts)
     args = build_parser().parse_args(argv)
     if args.command != "index":
         from bm25aug.progress import quiet_libraries
 
         quiet_libraries()
     try:
+        check_all(args)
         args.func(args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -245,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
               f"permissions", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted; rerun with the same command (train: add --resume) to continue", file=sys.stderr)
+        again = ("rerun with --resume to continue after the last finished epoch" if args.command == "train"
+                 else "rerun the same command")
+        print(f"interrupted; temporaries removed; {again}", file=sys.stderr)
         return 130
     return 0
 

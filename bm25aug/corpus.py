@@ -25,6 +25,7 @@ from typing import Callable
 import numpy as np
 
 from bm25aug.errors import UserError
+from bm25aug.limits import check_text
 from bm25aug.progress import progress
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,19 @@ def parse_msmarco(line: str, where: str) -> tuple[str, Document]:
     return pid, Document("", text)
 
 
+def _checked(docid: str, doc: Document, line: str, where: str) -> bytes:
+    """The id as stored in the offset table, once the document is known to be searchable and
+    reportable: valid Unicode (a JSON escape can hold a lone surrogate, which Java rejects) and an
+    id a TREC run or qrels line can hold (no whitespace: those files split on it)."""
+    if "\\u" in line:
+        for text in (docid, doc.title, doc.text):
+            check_text(text, where)
+    if not docid or len(docid.split()) != 1 or docid.strip() != docid:
+        raise UserError(f"{where}: document id {docid!r} is empty or holds whitespace, which TREC run and qrels "
+                        f"files cannot hold; fix: give that document an id without spaces, tabs or newlines")
+    return docid.encode("utf-8")
+
+
 PARSERS: dict[str, Callable[[str, str], tuple[str, Document]]] = {
     "beir": parse_beir, "dpr": parse_dpr, "msmarco": parse_msmarco}
 
@@ -83,7 +97,7 @@ class Corpus(Mapping):
         ids, offsets, lines = [], [], []
         packed: list[np.ndarray] = []
         for lineno, offset, line in self._lines(desc=f"scan {self.path.name}"):
-            ids.append(self.parse(line, f"{self.path}:{lineno}")[0].encode("utf-8"))
+            ids.append(_checked(*self.parse(line, f"{self.path}:{lineno}"), line, f"{self.path}:{lineno}"))
             offsets.append(offset)
             lines.append(lineno)
             if len(ids) == _CHUNK:
@@ -138,6 +152,14 @@ class Corpus(Mapping):
         key = docid.encode("utf-8")
         at = int(np.searchsorted(self._sorted_ids, key))
         return int(self._sorted_lines[at]) if at < len(self._sorted_ids) and self._sorted_ids[at] == key else -1
+
+    def has(self, docids) -> np.ndarray:
+        """Whether each of many ids is in the corpus, in one vectorized look-up."""
+        keys = np.char.encode(np.asarray(docids, dtype=str), "utf-8")
+        if not len(keys) or not len(self._sorted_ids):
+            return np.zeros(len(keys), bool)
+        at = np.minimum(np.searchsorted(self._sorted_ids, keys), len(self._sorted_ids) - 1)
+        return self._sorted_ids[at] == keys
 
     def __contains__(self, docid) -> bool:
         return self._find(docid) >= 0

@@ -31,7 +31,8 @@ from pathlib import Path
 
 from bm25aug.corpus import Corpus, beir_row
 from bm25aug.errors import UserError
-from bm25aug.io import CACHE_ROOT, clean_stale, read_lines, temp_sibling
+from bm25aug.io import CACHE_ROOT, atomic_open, clean_stale, derived_ok, read_lines, record_derived, source_key, temp_sibling
+from bm25aug.limits import check, check_text
 from bm25aug.progress import progress
 
 log = logging.getLogger(__name__)
@@ -223,10 +224,11 @@ def _read_qrels_tsv(path: Path, trec: bool = False) -> dict[str, dict[str, int]]
         if len(parts) != 3:
             raise UserError(f"{path}:{lineno}: expected 'query-id corpus-id score'; fix: repair that line")
         try:
-            qrels.setdefault(parts[0], {})[parts[1]] = int(parts[2])
+            grade = int(parts[2])
         except ValueError:
             raise UserError(f"{path}:{lineno}: relevance grade {parts[2]!r} is not an integer; "
                             f"fix: use integer grades (0, 1, 2, ...)") from None
+        qrels.setdefault(parts[0], {})[parts[1]] = check("grade", grade, f"{path}:{lineno}: relevance grade")
     if not qrels:
         raise UserError(f"{path} holds no judgments; fix: add 'query-id corpus-id score' lines, or pick another split")
     return qrels
@@ -239,7 +241,8 @@ def _judged_queries(qrels: dict[str, dict[str, int]], queries: dict[str, str], w
     if missing:
         log.warning("%s: %d judged queries are not in the queries file (e.g. %s); they are not evaluated",
                     where, len(missing), missing[0])
-    return Split({q: queries[q] for q in qrels if q in queries}, {q: r for q, r in qrels.items() if q in queries})
+    texts = {q: check_text(queries[q], f"{where}: query {q}") for q in qrels if q in queries}
+    return Split(texts, {q: r for q, r in qrels.items() if q in queries})
 
 
 def _load_beir_split(path: Path, split: str) -> Split:
@@ -307,30 +310,29 @@ def _dpr_training_rows(json_file: Path) -> list[dict]:
     import hashlib
 
     stat = json_file.stat()
-    key = hashlib.blake2b(f"{json_file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode(), digest_size=12)
-    cache = CACHE_ROOT / "dpr" / f"{json_file.stem}.{key.hexdigest()}.jsonl"
-    if not cache.exists():
+    key = source_key("dpr-training-rows", str(json_file.resolve()), stat.st_size, stat.st_mtime_ns)
+    cache = CACHE_ROOT / "dpr" / f"{json_file.stem}.{key[:24]}.jsonl"
+    if not derived_ok(cache, key):
         import ijson
 
         def ids(ctxs) -> list[str]:
             return [str(c.get("passage_id") or c.get("psg_id")) for c in ctxs or []
                     if c.get("passage_id") or c.get("psg_id")]
 
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = temp_sibling(cache, "writing")
         try:
-            with open(json_file, "rb") as f, open(tmp, "w", encoding="utf-8") as out:
+            with open(json_file, "rb") as f, atomic_open(cache, "w") as out:
                 for row in progress(ijson.items(f, "item", use_float=True), desc=f"read {json_file.name}", unit="q"):
                     out.write(json.dumps({"q": row["question"], "a": [str(a) for a in row.get("answers", [])],
                                           "pos": ids(row.get("positive_ctxs")),
                                           "neg": ids(row.get("hard_negative_ctxs"))}) + "\n")
-            os.replace(tmp, cache)
         except (ijson.JSONError, UnicodeDecodeError, KeyError, AttributeError, TypeError) as e:
             raise UserError(f"{json_file}: not DPR retriever-training JSON ({type(e).__name__}: {str(e)[:80]}); "
                             f"fix: re-download the file") from None
-        finally:
-            tmp.unlink(missing_ok=True)
-    return [json.loads(line) for line in cache.read_text(encoding="utf-8").splitlines()]
+        record_derived(cache, key)
+    rows = [json.loads(line) for line in cache.read_text(encoding="utf-8").splitlines()]
+    for i, row in enumerate(rows):
+        check_text(row["q"], f"{json_file}: question {i}")
+    return rows
 
 
 def _load_msmarco_split(path: Path, split: str) -> Split:
@@ -356,7 +358,8 @@ def load_dataset(name_or_path: str, data_dir: str | Path | None = None, download
     name = name_or_path.lower()
     tried = []
     for base in search_dirs(data_dir):
-        candidate = base / name
+        # The name as given first (a folder named CISI on a case-sensitive disk), then lowercased.
+        candidate = next((base / n for n in dict.fromkeys([name_or_path, name]) if (base / n).is_dir()), base / name)
         tried.append(str(candidate))
         if candidate.is_dir():
             layout = detect_layout(candidate)

@@ -68,6 +68,17 @@ class DocTermReader:
                 cast("org.apache.lucene.index.IndexReader", index.reader)).fieldInfo(field)
             self.has_vectors = infos is not None and bool(infos.hasVectors())  # the field's, not one document's
 
+    @property
+    def readable(self) -> bool:
+        """Whether documents' terms can be read back: stored vectors, or a wp index's raw text (a
+        stock index may have neither; searching it needs neither)."""
+        if self.has_vectors:
+            return True
+        if not self.pretokenized or not self.index.num_docs:
+            return False
+        with JNI_LOCK:
+            return self.stored.document(0).get(RAW_FIELD) is not None
+
     def terms(self, doc: int) -> dict[str, int]:
         """``{term: frequency}`` of one document, as the index stores it."""
         self.reads += 1
@@ -89,7 +100,8 @@ class DocTermReader:
             # An analyzed index without term vectors: only they replay its analysis exactly.
             raise UserError(f"{self.index.path} stores no document vectors "
                             f"{'nor raw documents ' if self.pretokenized else ''}to read a document's terms back "
-                            f"from; fix: rebuild it with `bm25aug index --force` (or Anserini's -storeDocvectors)")
+                            f"from; fix: for a bm25aug index rebuild it (`bm25aug index --dataset NAME --force`); "
+                            f"a stock index needs Anserini's -storeDocvectors (or search the dataset's own index)")
         out: dict[str, int] = {}
         for token in _raw_contents(raw).split():
             out[token] = out.get(token, 0) + 1

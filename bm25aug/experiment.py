@@ -21,6 +21,7 @@ from typing import Callable
 import numpy as np
 
 from bm25aug.errors import UserError
+from bm25aug.limits import check_all
 
 log = logging.getLogger(__name__)
 # Relative to the working directory unless set, like Pyserini's indexes/ and runs/.
@@ -48,6 +49,9 @@ class EvalConfig:
     tokenizer: str | None = None  # the WordPiece tokenizer a stock wp ``index`` was built with
     remove_query: bool | None = None  # drop hits whose docid is the query id; None: the dataset's default
     companions: bool = True  # run the method's companions (baselines) beside it
+
+    def __post_init__(self) -> None:
+        check_all(self)
 
 
 @dataclass(frozen=True)
@@ -181,27 +185,40 @@ def run_method(method: Method, config: EvalConfig, dataset, split, k: int, check
                remove_query: bool = False, index: Path | None = None) -> tuple[dict, dict]:
     """Metrics (quality, p50/p95 latency; for augmented, added terms and their precision) and the
     run of one method. ``index``: search it instead of the dataset's own (built when missing)."""
+    from bm25aug.doc_terms import DocTermReader
     from bm25aug.evaluation import added_term_precision, evaluate_split
-    from bm25aug.index import ensure_index
-    from bm25aug.search import mean_added_terms
+    from bm25aug.index import ensure_index, verify_index
+    from bm25aug.search import AugmentedSearcher, mean_added_terms
 
+    given = index is not None
     index = index or ensure_index(dataset, index_flavor(method, checkpoint), config.index_root, threads=config.threads)
     searcher = method.searcher(index, config, checkpoint)
+    if given:
+        verify_index(index, dataset, searcher.docids)
     extra = {}
-    if hasattr(searcher, "term_lists"):
+    if isinstance(searcher, AugmentedSearcher):
         texts = list(split.queries.values())
         terms = searcher.term_lists(texts)
         extra = {"aug_terms_mean": mean_added_terms(searcher.searcher, texts, terms),
                  "query_terms_mean": float(np.mean([len(v) for v in terms])) if terms else 0.0}
-        if not dataset.is_qa:
+        if not dataset.is_qa and DocTermReader(searcher.searcher.index, searcher.searcher.meta.flavor == "wp").readable:
             extra.update(added_term_precision(searcher.searcher, dict(zip(split.queries, terms)), split))
+        elif not dataset.is_qa:
+            log.info("%s stores no document vectors, so the added terms' precision is not measured (a stock index "
+                     "needs none to search)", index)
     tops, lat = timed_run(lambda q: searcher.search_arrays(q, k), split.queries)
     run = {qid: searcher.hits(top) for qid, top in tops.items()}
     if remove_query:
-        run = {qid: [h for h in hits if h.docid != qid] for qid, hits in run.items()}
+        run = drop_query_hits(run)
     metrics = evaluate_split(run, split, dataset.corpus)
     metrics.update(latency_ms_p50=float(np.percentile(lat, 50)), latency_ms_p95=float(np.percentile(lat, 95)), **extra)
     return metrics, run
+
+
+def drop_query_hits(run: dict[str, list]) -> dict[str, list]:
+    """The run without hits whose docid is the query id (Anserini's -removeQuery, Pyserini's BEIR
+    regressions on ArguAna and Quora), for searched and scored run files alike."""
+    return {qid: [h for h in hits if h.docid != qid] for qid, hits in run.items()}
 
 
 def evaluate(config: EvalConfig) -> EvalResult:
@@ -230,14 +247,39 @@ def evaluate(config: EvalConfig) -> EvalResult:
 
 
 def score_run(config: EvalConfig, run_file: str | Path) -> dict:
-    """Metrics of an existing TREC run file on the dataset's split."""
+    """Metrics of an existing TREC run file on the dataset's split, scored as a searched run is
+    (``remove_query`` included). A run with no hits, or none for the split's queries, is an error:
+    it would score 0 as if it had been searched."""
     from bm25aug.data import load_dataset
     from bm25aug.evaluation import evaluate_split
     from bm25aug.search import read_trec_run
 
     dataset = load_dataset(config.dataset, config.data_dir)
-    split = dataset.split(config.split or dataset.spec.eval_split)
-    return evaluate_split(read_trec_run(run_file), split, dataset.corpus)
+    split_name = config.split or dataset.spec.eval_split
+    split = dataset.split(split_name)
+    run = read_trec_run(run_file)
+    if not any(run.values()):
+        raise UserError(f"{run_file} holds no hits; fix: pass a TREC run file ('qid Q0 docid rank score tag' lines)")
+    if not any(q in split.queries for q in run):
+        raise UserError(f"none of the {len(run)} queries of {run_file} is a query of {dataset.name}/{split_name} "
+                        f"(e.g. {next(iter(run))!r}); fix: pass the --dataset and --split the run was made for")
+    if dataset.spec.remove_query if config.remove_query is None else config.remove_query:
+        run = drop_query_hits(run)
+    return evaluate_split(run, split, dataset.corpus)
+
+
+def inputs(config: EvalConfig, run_file: str | Path | None = None) -> dict[str, Path | None]:
+    """What an evaluation reads, which no output may overwrite or write into: the dataset folder,
+    the index folders it may search or build, the model and a run file."""
+    from bm25aug.data import load_dataset
+    from bm25aug.index import FLAVORS, index_path
+
+    dataset = load_dataset(config.dataset, config.data_dir)
+    found = {"the dataset": dataset.path, "--index": Path(config.index) if config.index else None,
+             "--checkpoint": Path(config.checkpoint) if config.checkpoint else None,
+             "--run": Path(run_file) if run_file else None}
+    found.update({f"the {flavor} index": index_path(dataset.name, flavor, config.index_root) for flavor in FLAVORS})
+    return found
 
 
 def format_table(results: dict[str, dict]) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 from bm25aug.progress import progress as progress_bar
 
 from bm25aug.io import write_jsonl
+from bm25aug.limits import check
 
 
 def prune(terms: dict[str, float], top_k: int | None = None, threshold: float = 0.0) -> dict[str, float]:
@@ -24,6 +25,8 @@ def encode_queries(model, queries: list[str], top_k: int | None = None, threshol
                    progress: bool = True) -> list[dict[str, float]]:
     """One query at a time, so a query's terms never depend on its batch neighbours (padding
     and, in the int8 model, per-batch activation scales would change them)."""
+    check("top_k", top_k)
+    check("threshold", threshold)
     return [prune(model.encode([q])[0], top_k, threshold)
             for q in progress_bar(queries, desc="augment queries", unit="q", disable=not progress)]
 

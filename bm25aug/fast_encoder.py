@@ -6,15 +6,15 @@ the same graph with int8 weights (dynamic quantization of every MatMul) at a fra
 ``tests/test_fast_encoder.py`` bounds how far its term lists drift from the fp32 ones.
 
 The ONNX file is exported once per checkpoint, into ``<checkpoint>/onnx/`` (or, when the
-checkpoint is read-only, into ``~/.cache/bm25aug/onnx/<hash>/``), and is tied to the weights it
-came from by their sha256: new weights, new export. ``AugmentedSearcher`` and ``bm25aug export``
+checkpoint is read-only, into ``~/.cache/bm25aug/onnx/<hash>/``). Its record (``bm25aug.io``'s
+derived files) ties it to what it came from, the weights, the model config (the heads' settings
+are in the graph) and the export recipe, and holds its checksum: new weights or settings, or a
+changed, truncated or swapped ``.onnx``, and it is exported again. ``AugmentedSearcher`` and ``bm25aug export``
 load encoders only through ``load_encoder``, so both always use the same one.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import warnings
@@ -23,14 +23,13 @@ from pathlib import Path
 import torch
 
 from bm25aug.errors import UserError
-from bm25aug.io import CACHE_ROOT, atomic_dir
-from bm25aug.model import WEIGHTS_NAME, QueryAugmenter
+from bm25aug.io import CACHE_ROOT, atomic_dir, derived_ok, digest, record_derived, source_key
+from bm25aug.model import CONFIG_NAME, WEIGHTS_NAME, QueryAugmenter
 
 log = logging.getLogger(__name__)
 RUNTIMES = ("onnx-int8", "torch-int8", "torch-fp32")
 ONNX_DIR = "onnx"
 ONNX_FILE = "model.int8.onnx"
-SOURCE_FILE = "source.json"
 # Bumped whenever export_onnx changes what it writes, so that older exports are made again.
 RECIPE = ("outputs w and a on live entries; eager attention, onnxruntime bert fusion without SkipLayerNormalization, "
           "dynamic int8 per channel")
@@ -42,12 +41,11 @@ UNFUSED = ["SkipLayerNormFusion"]
 CACHE_DIR = CACHE_ROOT / "onnx"
 
 
-def weights_hash(checkpoint: Path) -> str:
-    h = hashlib.sha256()
-    with open(checkpoint / WEIGHTS_NAME, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()[:16]
+def export_source(checkpoint: Path) -> str:
+    """What an export is made from: the weights, the model's settings, the encoder's shape and
+    the export recipe."""
+    return source_key("onnx", RECIPE, *(digest(checkpoint / name) for name in
+                                        (WEIGHTS_NAME, CONFIG_NAME, Path("encoder") / "config.json")))
 
 
 class _OutputsGraph(torch.nn.Module):
@@ -73,7 +71,8 @@ def export_onnx(model: QueryAugmenter, folder: Path, source: str) -> Path:
     from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
 
-    with atomic_dir(folder, SOURCE_FILE, what="an ONNX export of bm25aug") as tmp:
+    # The folder is bm25aug's own (inside a checkpoint, or in the cache): whatever is there is replaced.
+    with atomic_dir(folder, None) as tmp:
         sample = model.tokenize(["an example query for tracing"])
         # Plain (eager) attention traces to MatMuls that int8 quantization covers; SDPA does not.
         saved, model.encoder.config._attn_implementation = model.encoder.config._attn_implementation, "eager"
@@ -100,7 +99,7 @@ def export_onnx(model: QueryAugmenter, folder: Path, source: str) -> Path:
                          per_channel=True, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
         for name in ("model.fp32.onnx", "model.fused.onnx"):
             (tmp / name).unlink()
-        (tmp / SOURCE_FILE).write_text(json.dumps({"weights_sha256": source, "recipe": RECIPE}))
+        record_derived(tmp / ONNX_FILE, source)
     return folder / ONNX_FILE
 
 
@@ -131,11 +130,10 @@ class OnnxQueryEncoder:
 
 
 def onnx_path(checkpoint: Path, model: QueryAugmenter) -> Path:
-    """The int8 export of ``checkpoint``, made first when missing or made from other weights."""
-    source = weights_hash(checkpoint)
+    """The int8 export of ``checkpoint``, made first when missing, damaged or made from anything else."""
+    source = export_source(checkpoint)
     for folder in (checkpoint / ONNX_DIR, CACHE_DIR / source):
-        meta = folder / SOURCE_FILE
-        if meta.exists() and json.loads(meta.read_text()) == {"weights_sha256": source, "recipe": RECIPE}:
+        if derived_ok(folder / ONNX_FILE, source):
             return folder / ONNX_FILE
     folder = checkpoint / ONNX_DIR if os.access(checkpoint, os.W_OK) else CACHE_DIR / source
     log.info("exporting %s to ONNX (int8) in %s", checkpoint, folder)

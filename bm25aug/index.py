@@ -13,7 +13,6 @@ how it was built. ``bm25aug.doc_terms`` reads back what the torch scorer needs, 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -29,11 +28,11 @@ from bm25aug.data import Dataset
 from filelock import FileLock
 
 from bm25aug.errors import UserError
-from bm25aug.io import atomic_dir, temp_sibling
-from bm25aug.java import JNI_LOCK, jclass
-from bm25aug.lucene import DOCIDS_FILE, write_docids
+from bm25aug.io import atomic_dir, clean_stale, digest, temp_sibling, write_json
+from bm25aug.java import JNI_LOCK, interruptible, jclass
+from bm25aug.lucene import DOCIDS_FILE, FIELD, open_reader, write_docids
 from bm25aug.pretokenize import tokenized_batches
-from bm25aug.tokenization import load_tokenizer, tokenizer_name, untruncated, vocab_hash
+from bm25aug.tokenization import load_tokenizer, lowercases, normalization, tokenizer_name, untruncated, vocab_hash
 
 log = logging.getLogger(__name__)
 FLAVORS = ("flat", "wp")
@@ -58,14 +57,21 @@ class IndexMeta:
     docvectors: bool = False  # stored document vectors, which Pyserini's RM3 and Rocchio need
     stock: bool = False  # built elsewhere (Pyserini/Anserini); bm25aug never writes into it
 
+    normalization: str | None = None  # wp: how the tokenizer lowercases and splits (tokenization.normalization)
+
     @classmethod
     def load(cls, index_dir: str | Path, tokenizer=None, flavor: str | None = None) -> "IndexMeta":
         """The index's ``meta.json``. A stock Lucene index has none (Pyserini's prebuilt indexes,
         ``python -m pyserini.index.lucene``): it is ``flavor``, else ``wp`` when the caller names the
-        tokenizer it was built with, else ``flat``."""
+        tokenizer it was built with, else ``flat``, and its own terms must not say otherwise
+        (``probe_terms``)."""
         path = Path(index_dir) / META_FILE
         if path.exists():
-            return cls(**json.loads(path.read_text()))
+            try:
+                return cls(**json.loads(path.read_text(encoding="utf-8")))
+            except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as e:
+                raise UserError(f"{path} is not a valid index description ({type(e).__name__}); fix: rebuild the "
+                                f"index with `bm25aug index --dataset NAME --force`") from None
         if not (Path(index_dir).is_dir() and any(Path(index_dir).glob("segments_*"))):
             raise UserError(f"{index_dir} is not a Lucene index (no segments_* file); "
                             f"fix: build it with `bm25aug index --dataset NAME --flavor wp|flat`")
@@ -78,7 +84,58 @@ class IndexMeta:
                 raise UserError(f"{index_dir} is a stock index without meta.json; searching it as a WordPiece "
                                 f"index needs its tokenizer; fix: pass --tokenizer NAME (e.g. bert-base-uncased)")
             meta.tokenizer, meta.vocab_hash = tokenizer_name(tokenizer), vocab_hash(tokenizer)
+            meta.normalization = normalization(tokenizer)
+        _check_stock_terms(Path(index_dir), flavor, tokenizer)
         return meta
+
+
+_WARNED_UNKNOWN: set[str] = set()
+
+
+def probe_terms(index_dir: Path) -> dict[str, bool]:
+    """What an index's own term dictionary says about its analysis: WordPiece continuation pieces
+    (``##``), stopwords (a flat index drops them), upper-case terms (a lowercasing analyzer has none)."""
+    from jnius import cast
+
+    reader = open_reader(index_dir)
+    try:
+        with JNI_LOCK:
+            terms = jclass("org.apache.lucene.index.MultiTerms").getTerms(
+                cast("org.apache.lucene.index.IndexReader", reader), FIELD)
+            if terms is None:
+                return {"pieces": False, "stopwords": False, "upper": False}
+            BytesRef, Term = jclass("org.apache.lucene.util.BytesRef"), jclass("org.apache.lucene.index.Term")
+
+            def first_from(prefix: str) -> str:
+                it = terms.iterator()
+                return "" if it.seekCeil(BytesRef(prefix.encode())).toString() == "END" else str(it.term().utf8ToString())
+
+            return {"pieces": first_from("##").startswith("##"),
+                    "stopwords": any(reader.docFreq(Term(FIELD, w)) for w in ("the", "and", "of")),
+                    "upper": "A" <= first_from("A")[:1] <= "Z"}
+    finally:
+        with JNI_LOCK:
+            reader.close()
+
+
+def _check_stock_terms(index_dir: Path, flavor: str, tokenizer) -> None:
+    """A stock index searched as the wrong flavor, or with a tokenizer of the wrong casing, matches
+    the wrong terms without an error; its terms tell, where they can."""
+    probe = probe_terms(index_dir)
+    if flavor == "flat" and probe["pieces"]:
+        raise UserError(f"{index_dir} holds WordPiece pieces (## terms), so it is a wp index, not flat; fix: pass "
+                        f"--tokenizer NAME (the tokenizer that built it), or use a flat model or index")
+    if flavor == "wp" and not probe["pieces"] and not probe["stopwords"]:
+        raise UserError(f"{index_dir} has no WordPiece pieces and no stopwords, as Lucene's English analyzer "
+                        f"(flat) writes; fix: search it as flat (drop --tokenizer), or use a flat-target model")
+    if flavor == "wp" and probe["pieces"] and probe["upper"] == lowercases(tokenizer):
+        case = "lowercases" if lowercases(tokenizer) else "keeps case"
+        raise UserError(f"{index_dir} has {'upper-case' if probe['upper'] else 'no upper-case'} terms but the "
+                        f"tokenizer {case}; fix: pass the tokenizer the index was built with")
+    if flavor == "flat" and probe["stopwords"] and str(index_dir) not in _WARNED_UNKNOWN:
+        _WARNED_UNKNOWN.add(str(index_dir))
+        log.warning("%s has stopwords, which Lucene's English analyzer (flat) drops; bm25aug cannot tell how it "
+                    "was analyzed and searches it as flat", index_dir)
 
 
 def index_path(dataset_name: str, flavor: str, root: str | Path | None = None) -> Path:
@@ -87,11 +144,7 @@ def index_path(dataset_name: str, flavor: str, root: str | Path | None = None) -
 
 def corpus_fingerprint(dataset: Dataset) -> str:
     """Hash of the corpus file's bytes: any edit, even one that keeps every length, rebuilds."""
-    h = hashlib.blake2b(digest_size=16)
-    with open(dataset.corpus_file, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
+    return digest(dataset.corpus_file)
 
 
 def _is_current(path: Path, fingerprint: str) -> bool:
@@ -100,7 +153,8 @@ def _is_current(path: Path, fingerprint: str) -> bool:
     if not (path / META_FILE).exists():
         return False
     meta = IndexMeta.load(path)
-    return meta.corpus_fingerprint == fingerprint and (meta.docvectors or meta.flavor != "flat")
+    needs = meta.docvectors if meta.flavor == "flat" else meta.normalization is not None
+    return meta.corpus_fingerprint == fingerprint and needs
 
 
 def ensure_index(dataset: Dataset, flavor: str, root: str | Path | None = None, threads: int | None = None,
@@ -112,9 +166,10 @@ def ensure_index(dataset: Dataset, flavor: str, root: str | Path | None = None, 
     the second one reuses what the first built."""
     path = index_path(dataset.name, flavor, root)
     fingerprint = corpus_fingerprint(dataset)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale(path)  # temporaries of a killed build, also when the index it left is reused
     if not force and _is_current(path, fingerprint):
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path.parent / f".{path.name}.lock")):
         if not force and _is_current(path, fingerprint):
             return path  # built by another process while we waited
@@ -143,6 +198,7 @@ def build_index(dataset: Dataset, flavor: str, path: str | Path, threads: int | 
     if flavor == "wp":
         tokenizer = tokenizer or load_tokenizer()
         meta.tokenizer, meta.vocab_hash = tokenizer_name(tokenizer), vocab_hash(tokenizer)
+        meta.normalization = normalization(tokenizer)
     fix = (f"pass --index-root DIR to build elsewhere, or add --force to replace it "
            f"(`bm25aug index --dataset {dataset.name} --flavor {flavor} --force`)")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -159,12 +215,12 @@ def build_index(dataset: Dataset, flavor: str, path: str | Path, threads: int | 
             else:  # Pyserini's RM3/Rocchio read them; see the README for the size they cost
                 args.append("-storeDocvectors")
                 meta.docvectors = True
-            with progress(total=1, desc=f"lucene index {path.name}", unit="index") as bar, JNI_LOCK:
-                jclass("io.anserini.index.IndexCollection").main(args)
+            with progress(total=1, desc=f"lucene index {path.name}", unit="index") as bar:
+                interruptible(jclass("io.anserini.index.IndexCollection").main, args)
                 bar.update(1)
             write_docids(work)
             meta.build_seconds = round(time.perf_counter() - start, 3)
-            (work / META_FILE).write_text(json.dumps(asdict(meta), indent=2))
+            write_json(work / META_FILE, asdict(meta))
     finally:
         shutil.rmtree(shards, ignore_errors=True)
     return path
@@ -205,16 +261,41 @@ def _write_shards(dataset: Dataset, folder: Path, shards: int, tokenizer) -> Pat
 def index_size(index_dir: str | Path) -> dict[str, int]:
     """Bytes of the Lucene index (bm25aug's own caches beside it not counted), and of its
     term-vector files (the stored document vectors that RM3/Rocchio need: ``.tvd/.tvx/.tvm``)."""
-    ours = {META_FILE, DOCIDS_FILE}
+    ours = {META_FILE, DOCIDS_FILE, f"{DOCIDS_FILE}.source.json"}
     files = [p for p in Path(index_dir).rglob("*") if p.is_file() and p.name not in ours]
     return {"total": sum(p.stat().st_size for p in files),
             "docvectors": sum(p.stat().st_size for p in files if p.suffix in (".tvd", ".tvx", ".tvm"))}
 
 
-def check_vocab(index_dir: str | Path, tokenizer) -> IndexMeta:
-    """A ``wp`` index searched with another vocabulary would silently match the wrong terms."""
-    meta = IndexMeta.load(index_dir, tokenizer)
+def check_vocab(meta: IndexMeta, tokenizer, index_dir: str | Path) -> None:
+    """A ``wp`` index (``meta``) searched with another vocabulary, or the same vocabulary with
+    other casing or splitting, would silently match the wrong terms."""
     if meta.flavor == "wp" and meta.vocab_hash != vocab_hash(tokenizer):
         raise UserError(f"{index_dir} was built with vocabulary {meta.vocab_hash} but the tokenizer has "
                         f"{vocab_hash(tokenizer)}; fix: rebuild the index with this tokenizer or use the matching one")
-    return meta
+    if meta.flavor == "wp" and meta.normalization and meta.normalization != normalization(tokenizer):
+        raise UserError(f"{index_dir} was built by a tokenizer that normalizes text differently (casing, accents or "
+                        f"punctuation) from this one, though both have the same vocabulary; fix: use the tokenizer "
+                        f"the index was built with ({meta.tokenizer})")
+
+
+def verify_index(index_dir: str | Path, dataset: Dataset, docids) -> None:
+    """An index given by path must be the dataset's: built from this very corpus (bm25aug's
+    ``meta.json`` records its fingerprint), or, for a stock index that records none, holding
+    exactly the corpus's document ids (checked instead, and said once)."""
+    fix = (f"pass the index built from {dataset.name}'s corpus, or leave out --index to use (or build) "
+           f"`bm25aug index --dataset {dataset.name}`")
+    if (Path(index_dir) / META_FILE).exists():
+        meta = IndexMeta.load(index_dir)
+        if meta.corpus_fingerprint != corpus_fingerprint(dataset):
+            source = (f"dataset {meta.dataset!r}" if meta.dataset != dataset.name
+                      else f"another version of {dataset.name}'s corpus")
+            raise UserError(f"{index_dir} was built from {source}, not from {dataset.corpus_file}; fix: {fix}")
+        return
+    known = dataset.corpus.has(docids)
+    if not known.all() or len(docids) != len(dataset.corpus):
+        example = f" (e.g. {docids[~known][0]!r} is not in the corpus)" if not known.all() else ""
+        raise UserError(f"{index_dir} holds {len(docids):,} documents, {int((~known).sum()):,} of them unknown to "
+                        f"{dataset.name}'s corpus of {len(dataset.corpus):,}{example}; fix: {fix}")
+    log.info("%s is a stock index (no meta.json), so its corpus fingerprint cannot be checked; its %d document ids "
+             "are exactly those of %s's corpus", index_dir, len(docids), dataset.name)

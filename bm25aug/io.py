@@ -6,20 +6,27 @@
 * An existing folder is replaced only when bm25aug wrote it (it holds the given marker file) or it
   is empty; anything else is refused with an error, never deleted.
 * New files and folders get the usual permissions (0666/0777 less the umask), like ``open``.
+* Outputs are checked before any work against every input and every other output
+  (``check_outputs``): nothing bm25aug writes can land on, or inside, what it reads.
+* A derived file (a cache made from other files) is trusted only while its record names the same
+  source and its bytes still match the record's checksum (``derived_ok``, ``record_derived``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import secrets
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import IO, Callable, Iterator
 
 from bm25aug.errors import UserError
 
+log = logging.getLogger(__name__)
 TEMP_KINDS = ("tmp", "building", "old")
 # Everything bm25aug derives once and reuses (datasets, ONNX exports, term maps, stock-index postings).
 CACHE_ROOT = Path(os.environ.get("BM25AUG_CACHE", Path.home() / ".cache" / "bm25aug"))
@@ -72,6 +79,49 @@ def check_replaceable(path: Path, marker: str | None, what: str, fix: str) -> No
     raise UserError(f"{path} exists but is not {what} (no {marker}); bm25aug will not delete it; fix: {fix}")
 
 
+LOCK_FILE = ".lock"
+
+
+def refuse_foreign(path: str | Path, marker: str, option: str, adopt: Callable[[Path], bool] = lambda path: False) -> None:
+    """Refuse a folder holding files bm25aug did not write: anything but a lock, unless it holds
+    ``marker`` or ``adopt`` recognizes it (a folder an earlier release wrote without the marker)."""
+    path = Path(path)
+    fix = f"fix: pass a new or empty folder as {option}"
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{option} {path} is a file, not a folder; {fix}")
+    if not path.is_dir() or (path / marker).exists():
+        return
+    foreign = sorted(e.name for e in path.iterdir() if e.name != LOCK_FILE)
+    if foreign and not adopt(path):
+        raise UserError(f"{option} {path} holds files bm25aug did not write ({', '.join(foreign[:3])}"
+                        f"{', ...' if len(foreign) > 3 else ''}); bm25aug will not write over them; {fix}")
+
+
+def claim_folder(path: str | Path, marker: str, what: str, option: str,
+                 adopt: Callable[[Path], bool] = lambda path: False):
+    """Make ``path`` this process's folder for ``what``: refuse one holding files bm25aug did not
+    write (``refuse_foreign``), take its lock (held by another process: an error, never two
+    writers mixing files), then write ``marker``. Returns the held ``filelock.FileLock``."""
+    from filelock import FileLock, Timeout
+
+    path = Path(path)
+    refuse_foreign(path, marker, option, adopt)
+    path.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path / LOCK_FILE))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise UserError(f"another bm25aug process is writing {what} into {path}; fix: wait for it to end, "
+                        f"or pass another {option}") from None
+    try:
+        if not (path / marker).exists():
+            write_json(path / marker, {"written_by": "bm25aug", "what": what})
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
 @contextmanager
 def atomic_dir(path: str | Path, marker: str | None, what: str = "a bm25aug folder",
                fix: str = "choose another path, or move that folder away") -> Iterator[Path]:
@@ -96,19 +146,28 @@ def atomic_dir(path: str | Path, marker: str | None, what: str = "a bm25aug fold
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+@contextmanager
+def atomic_open(path: str | Path, mode: str = "wb") -> Iterator[IO]:
+    """A file opened under a temporary sibling name, renamed to ``path`` when the block ends
+    without error, removed when it does not (a stale one of a killed process is removed by the
+    next write of that name)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale(path)
     tmp = temp_sibling(path, "tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            yield f
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    with atomic_open(path) as f:
+        f.write(data)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -134,6 +193,87 @@ def check_output_path(path: str | Path, option: str) -> Path:
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         raise UserError(f"{option} {path}: cannot write in {parent}; fix: pass a path in a writable folder")
     return path
+
+
+def _same_or_inside(path: Path, other: Path) -> bool:
+    """Whether ``path`` is ``other`` (the same file, through links too) or lies inside it."""
+    a, b = path.resolve(), other.resolve()
+    if a == b or b in a.parents:
+        return True
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_outputs(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path | None],
+                  folders: tuple[str, ...] = ()) -> None:
+    """Before any work: no output may be an input or lie inside an input folder (a dataset, an
+    index, a model), and no two outputs may be one file. ``outputs``: option -> path (None: not
+    asked for); ``inputs``: what it is -> path; ``folders``: the options whose output is a folder
+    (the others must be writable files)."""
+    given = {option: Path(p) for option, p in outputs.items() if p}
+    for option, path in given.items():
+        if option not in folders:
+            check_output_path(path, option)
+        for what, source in inputs.items():
+            if source and _same_or_inside(path, Path(source)):
+                where = "is" if path.resolve() == Path(source).resolve() else "lies inside"
+                raise UserError(f"{option} {path} {where} {what} ({source}), which this command reads; "
+                                f"fix: write the output somewhere else")
+    options = list(given)
+    for i, first in enumerate(options):
+        for second in options[i + 1:]:
+            if _same_or_inside(given[first], given[second]) or _same_or_inside(given[second], given[first]):
+                raise UserError(f"{first} and {second} both write {given[first]}; fix: give each its own path")
+
+
+# ------------------------------------------------------------------------------------ derived files
+def digest(data: bytes | Path) -> str:
+    """blake2b (16 bytes) of bytes, or of a file's bytes read in chunks."""
+    h = hashlib.blake2b(digest_size=16)
+    if isinstance(data, Path):
+        with open(data, "rb") as f:
+            while chunk := f.read(1 << 22):
+                h.update(chunk)
+    else:
+        h.update(data)
+    return h.hexdigest()
+
+
+def source_key(*parts) -> str:
+    """A key for what a derived file was made from: its inputs' hashes and the settings used."""
+    return hashlib.blake2b(json.dumps(parts, sort_keys=True, default=str).encode(), digest_size=16).hexdigest()
+
+
+def _record_path(path: Path) -> Path:
+    return path.with_name(f"{path.name}.source.json")
+
+
+def record_derived(path: str | Path, source: str) -> None:
+    """Record, beside ``path`` (already in place), what it was made from and its own checksum."""
+    path = Path(path)
+    write_json(_record_path(path), {"source": source, "blake2b": digest(path)})
+
+
+def derived_ok(path: str | Path, source: str) -> bool:
+    """Whether ``path`` may be reused: its record names ``source`` and its bytes are unchanged.
+    A damaged or foreign file is logged and reported as not reusable, never read as if it were."""
+    path, record = Path(path), _record_path(Path(path))
+    if not path.is_file() or not record.is_file():
+        return False
+    try:
+        saved = json.loads(record.read_text(encoding="utf-8"))
+        if not isinstance(saved, dict) or saved.get("source") != source:
+            log.info("%s was made from other inputs or settings; making it again", path)
+            return False
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        log.warning("%s has an unreadable record; making it again", path)
+        return False
+    if saved.get("blake2b") != digest(path):
+        log.warning("%s does not match its recorded checksum (changed or damaged); making it again", path)
+        return False
+    return True
 
 
 def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:

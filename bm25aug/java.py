@@ -92,7 +92,9 @@ def _start_jvm() -> None:
         home = find_java_home()
         os.environ["JAVA_HOME"] = str(home)
         jnius_config.add_classpath(anserini_jar())
-        jnius_config.add_options("-Xms256m", "-Xmx8g", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+        # -Xrs: the JVM installs no SIGINT/SIGTERM handlers of its own (they exited the process at
+        # once, with no message and no cleanup), so both reach Python (bm25aug.interrupts).
+        jnius_config.add_options("-Xrs", "-Xms256m", "-Xmx8g", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
     import jnius  # noqa: F401  (importing jnius starts the VM)
 
     # Augmented queries can have many clauses; Lucene's default cap is 1024.
@@ -103,6 +105,34 @@ def _start_jvm() -> None:
     _lucene_logger = jnius.autoclass("java.util.logging.Logger").getLogger("org.apache.lucene")
     _lucene_logger.setLevel(jnius.autoclass("java.util.logging.Level").WARNING)
     _started = True
+
+
+def interruptible(fn, *args):
+    """``fn(*args)`` (a long Java call, such as an index build) in a daemon thread, waited for in
+    slices: Python delivers a Ctrl-C only between bytecodes of the main thread, so a Java call
+    made there would hold it until the call returned. On Ctrl-C the caller's cleanup runs and
+    the process exits; the Java thread ends with it."""
+    result: list = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with JNI_LOCK:
+                result.append(fn(*args))
+        except BaseException as e:  # noqa: BLE001  (handed to the waiting thread)
+            failure.append(e)
+        finally:
+            import jnius
+
+            jnius.detach()
+
+    thread = threading.Thread(target=run, daemon=True, name="bm25aug-java")
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.2)
+    if failure:
+        raise failure[0]
+    return result[0] if result else None
 
 
 def jclass(name: str):

@@ -19,6 +19,7 @@ without the lock (and without the GIL) and batch search scales with threads.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +27,9 @@ from pathlib import Path
 import numpy as np
 
 from bm25aug.errors import UserError
-from bm25aug.io import atomic_write_text
+from bm25aug.io import atomic_write_text, derived_ok, digest, record_derived, source_key
 from bm25aug.java import JNI_LOCK, jclass
+from bm25aug.limits import check
 
 FIELD = "contents"
 ID_FIELD = "id"
@@ -197,7 +199,7 @@ class LuceneIndex:
             self.reader = open_reader(self.path)
             self.searcher = jclass("org.apache.lucene.search.IndexSearcher")(
                 cast("org.apache.lucene.index.IndexReader", self.reader))
-            self.searcher.setSimilarity(self.j.BM25(float(k1), float(b)))
+            self.searcher.setSimilarity(self.j.BM25(float(check("k1", k1)), float(check("b", b))))
             self.num_docs = int(self.reader.maxDoc())
         self.docids = read_docids(self.path, self.reader)
         # Lucene doc numbers in external-id order: an order of the documents that does not depend on
@@ -249,47 +251,90 @@ class LuceneIndex:
     # ----------------------------------------------------------------------------------- search
     def _top(self, query, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Lucene's top n by score (ties: lower Lucene doc first), as arrays."""
+        from jnius import JavaException
+
         # pyjnius passes the varargs of invokeWithArguments as separate arguments: no argument list to build.
         args = (self.searcher, query, self.j.integer(n))
         with JNI_LOCK:
             # The first call resolves the classes it returns; keep that under the lock too.
-            pairs = None if self.j.search_warm else self.j.search.invokeWithArguments(*args)
+            try:
+                pairs = None if self.j.search_warm else self.j.search.invokeWithArguments(*args)
+            except JavaException as e:
+                raise search_error(self.path, e) from None
             self.j.search_warm = True
         if pairs is None:
-            pairs = self.j.search.invokeWithArguments(*args)
+            try:
+                pairs = self.j.search.invokeWithArguments(*args)
+            except JavaException as e:
+                raise search_error(self.path, e) from None
         # ByteArray.tostring() copies pyjnius's buffer in one go; bytes(pairs) iterates it element by element.
         pairs = np.frombuffer(pairs.tostring(), dtype=_PAIRS)
         return pairs["doc"].astype(np.int64), pairs["score"].astype(np.float32)
 
     def search(self, query, k: int) -> TopK:
         """Top k exactly as Anserini returns them: ties at the k-th place go to the smaller
-        external id, so enough hits are fetched to see the whole tie."""
-        if k <= 0:
+        external id, so enough hits are fetched to see the whole tie (never more than the index
+        holds, so no depth overflows Java's int)."""
+        check("k", k)
+        if not self.num_docs:
             return EMPTY
-        n = k + TIE_MARGIN
+        n = min(k + TIE_MARGIN, self.num_docs)
         while True:
             docs, raw = self._top(query, n)
-            if len(docs) < n or raw[k - 1] > raw[-1]:
+            if len(docs) < n or len(docs) <= k or raw[k - 1] > raw[-1] or n == self.num_docs:
                 break
-            n *= 4
+            n = min(n * 4, self.num_docs)
         order = anserini_order(docs, raw, self.id_rank)[:k]
         return TopK(docs[order], anserini_scores(raw[order]))
 
 
 def open_reader(index_dir: str | Path):
-    """A Lucene ``DirectoryReader`` over the index folder (close it when done)."""
-    with JNI_LOCK:
-        directory = jclass("org.apache.lucene.store.FSDirectory").open(jclass("java.nio.file.Paths").get(str(index_dir)))
-        return jclass("org.apache.lucene.index.DirectoryReader").open(directory)
+    """A Lucene ``DirectoryReader`` over the index folder (close it when done). Lucene checks each
+    file's footer as it opens it, so a truncated or damaged index is one error line here."""
+    from jnius import JavaException
+
+    try:
+        with JNI_LOCK:
+            directory = jclass("org.apache.lucene.store.FSDirectory").open(jclass("java.nio.file.Paths").get(str(index_dir)))
+            return jclass("org.apache.lucene.index.DirectoryReader").open(directory)
+    except JavaException as e:
+        raise damaged(index_dir, e) from None
+
+
+def damaged(index_dir: str | Path, error: Exception) -> UserError:
+    """The error for an index that Lucene cannot read (a truncated or overwritten file)."""
+    cause = (str(error).splitlines() or [type(error).__name__])[0][:160]
+    return UserError(f"{index_dir} is damaged: Lucene cannot read it ({cause}); fix: rebuild it with "
+                     f"`bm25aug index --dataset NAME --force`, or restore the original index")
+
+
+def search_error(index_dir: str | Path, error: Exception) -> UserError:
+    """A search Lucene refused: too many query terms, else a damaged index."""
+    if "TooManyClauses" in str(error) or "TooManyClauses" in type(error).__name__:
+        return UserError("the query has more distinct terms than Lucene's clause limit (65,536); fix: shorten it")
+    return damaged(index_dir, error)
+
+
+def _commit_key(index_dir: Path, reader) -> str:
+    """What an index's id table is derived from: its commit (the newest ``segments_N`` file,
+    which names every segment by a random id, so a rebuild never has the same one)."""
+    from jnius import cast
+
+    with JNI_LOCK:  # Pyserini hands its reader over as an IndexReader
+        name = str(cast("org.apache.lucene.index.DirectoryReader", reader).getIndexCommit().getSegmentsFileName())
+    return source_key("docids", name, digest(index_dir / name))
 
 
 def read_docids(index_dir: Path, reader) -> np.ndarray:
-    """External id of every Lucene doc: ``docids.txt`` when bm25aug wrote one for this index,
-    else read from the stored ``id`` field (a stock index is never written to)."""
+    """External id of every Lucene doc: ``docids.txt`` when bm25aug wrote one for this very index
+    commit and it is unchanged since (its record says so), else read from the stored ``id`` field
+    (a stock index is never written to; a changed or damaged table is written again)."""
+    index_dir = Path(index_dir)
     table = index_dir / DOCIDS_FILE
     with JNI_LOCK:
         n = int(reader.maxDoc())
-    if table.exists():
+    key = _commit_key(index_dir, reader)
+    if derived_ok(table, key):
         ids = table.read_text(encoding="utf-8").split("\n")[:-1]
         if len(ids) == n:
             return np.asarray(ids, dtype=str)
@@ -299,17 +344,23 @@ def read_docids(index_dir: Path, reader) -> np.ndarray:
     if any(i is None for i in ids):
         raise UserError(f"{index_dir} has documents without a stored '{ID_FIELD}' field; "
                         f"fix: index with Anserini/Pyserini's default document generator")
+    if table.exists() and os.access(index_dir, os.W_OK):
+        _write_table(index_dir, ids, key)
     return np.asarray(ids, dtype=str)
+
+
+def _write_table(index_dir: Path, ids, key: str) -> None:
+    if any("\n" in d for d in ids):
+        return  # not representable one per line; read from the index on open instead
+    atomic_write_text(index_dir / DOCIDS_FILE, "".join(f"{d}\n" for d in ids))
+    record_derived(index_dir / DOCIDS_FILE, key)
 
 
 def write_docids(index_dir: Path) -> None:
     """Save the id table into a freshly built index (it is read on every open)."""
     reader = open_reader(index_dir)
     try:
-        ids = read_docids(index_dir, reader)
+        _write_table(Path(index_dir), read_docids(index_dir, reader).tolist(), _commit_key(Path(index_dir), reader))
     finally:
         with JNI_LOCK:
             reader.close()
-    if any("\n" in d for d in ids):
-        return  # not representable one per line; read from the index on open instead
-    atomic_write_text(index_dir / DOCIDS_FILE, "".join(f"{d}\n" for d in ids))

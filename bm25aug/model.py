@@ -254,12 +254,17 @@ class QueryAugmenter(nn.Module):
 
     def write_files(self, folder: Path) -> None:
         """The checkpoint's files, into an existing (temporary) folder; see ``save_pretrained``."""
-        from safetensors.torch import save_file
+        from safetensors.torch import save
+
+        from bm25aug.io import atomic_write_bytes
 
         self.encoder.config.save_pretrained(folder / "encoder")
         self.tokenizer.save_pretrained(folder)
         (folder / CONFIG_NAME).write_text(json.dumps(asdict(self.config), indent=2))
-        save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}, str(folder / WEIGHTS_NAME))
+        # Serialized in memory, then written: a full disk is an OSError (one line from the CLI), not
+        # a SafetensorError traceback.
+        weights = save({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()})
+        atomic_write_bytes(folder / WEIGHTS_NAME, weights)
 
     @classmethod
     def from_pretrained(cls, path: str | Path) -> "QueryAugmenter":

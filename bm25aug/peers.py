@@ -15,6 +15,7 @@ import numpy as np
 from bm25aug.errors import UserError
 from bm25aug.index import IndexMeta
 from bm25aug.java import JNI_LOCK, start_jvm
+from bm25aug.limits import check, check_query
 from bm25aug.lucene import EMPTY, TopK, read_docids
 
 EXPANSIONS = ("rm3", "rocchio")
@@ -33,7 +34,7 @@ class ExpansionSearcher:
 
         with JNI_LOCK:
             self.searcher = LuceneSearcher(str(self.index_dir))
-            self.searcher.set_bm25(k1, b)
+            self.searcher.set_bm25(float(check("k1", k1)), float(check("b", b)))
             if not self.searcher.object.reader.getTermVectors(0):
                 raise UserError(f"{index_dir} has no stored document vectors, which {expansion} reads; fix: rebuild "
                                 f"it with -storeDocvectors (bm25aug's flat indexes have them: `bm25aug index "
@@ -45,7 +46,8 @@ class ExpansionSearcher:
             self.docids = read_docids(self.index_dir, self.searcher.object.reader)
 
     def search_arrays(self, query: str, k: int = 1000) -> TopK:
-        if not query.strip():
+        check("k", k)
+        if not check_query(query).strip():
             return EMPTY
         with JNI_LOCK:  # pyjnius objects are not safe to share between threads (bm25aug.lucene)
             hits = self.searcher.search(query, k)

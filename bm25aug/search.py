@@ -21,6 +21,7 @@ import numpy as np
 from bm25aug.errors import UserError
 from bm25aug.index import IndexMeta, check_vocab
 from bm25aug.io import atomic_write_text, read_lines
+from bm25aug.limits import check, check_query
 from bm25aug.lucene import EMPTY, LuceneIndex, TopK
 from bm25aug.progress import progress
 from bm25aug.tokenization import load_tokenizer, query_term_counts
@@ -33,12 +34,6 @@ class Hit(NamedTuple):
 
     docid: str
     score: float
-
-
-def check_query(query) -> str:
-    if not isinstance(query, str):
-        raise TypeError(f"a query must be a str, not {type(query).__name__}")
-    return query
 
 
 class BM25Searcher:
@@ -60,11 +55,16 @@ class BM25Searcher:
         self.tokenizer = None
         if self.meta.flavor == "wp":
             self.tokenizer = tokenizer or load_tokenizer()
-            check_vocab(self.index_dir, self.tokenizer)
+            check_vocab(self.meta, self.tokenizer, self.index_dir)
 
     @property
     def num_docs(self) -> int:
         return self.index.num_docs
+
+    @property
+    def docids(self) -> np.ndarray:
+        """External id of every Lucene doc number."""
+        return self.index.docids
 
     def query_terms(self, query: str) -> dict[str, float]:
         """The index's terms of ``query`` with their counts as weights: WordPiece tokens (``wp``),
@@ -130,7 +130,12 @@ def parallel_map(fn, items: list, qids: list[str], threads: int, desc: str | Non
 
 
 def write_trec_run(run: dict[str, list[Hit]], path: str | Path, tag: str = "bm25aug") -> None:
-    """TREC run file (``qid Q0 docid rank score tag``), written to a temp file and renamed."""
+    """TREC run file (``qid Q0 docid rank score tag``), written to a temp file and renamed. An id
+    holding whitespace would shift the columns: an error, not a file no tool reads right."""
+    ids = {qid for qid in run} | {h.docid for hits in run.values() for h in hits}
+    if bad := next((i for i in ids if len(i.split()) != 1 or i.strip() != i), None):
+        raise UserError(f"id {bad!r} is empty or holds whitespace, which a TREC run file cannot hold; fix: give "
+                        f"that query or document an id without spaces, tabs or newlines")
     atomic_write_text(path, "".join(f"{qid} Q0 {hit.docid} {rank} {hit.score:.6f} {tag}\n"
                                     for qid, hits in run.items() for rank, hit in enumerate(hits, 1)))
 
@@ -221,7 +226,7 @@ class AugmentedSearcher:
 
         model = load_encoder(checkpoint, runtime)
         if aug_gate is not None:
-            model.config.aug_gate = aug_gate
+            model.config.aug_gate = check("aug_gate", aug_gate)
         return cls(model, BM25Searcher(index, k1, b, tokenizer=model.tokenizer, flavor=model.config.target),
                    top_k, threshold)
 
@@ -242,6 +247,10 @@ class AugmentedSearcher:
         if not check_query(query).strip():
             return EMPTY
         return self.searcher.search_terms_arrays(self.term_lists([query])[0], k)
+
+    @property
+    def docids(self) -> np.ndarray:
+        return self.searcher.docids
 
     def hits(self, top: TopK) -> list[Hit]:
         return self.searcher.hits(top)

@@ -198,9 +198,10 @@ class WordPieceTarget(Target):
         self.live_tokens = tokenizer.convert_ids_to_tokens(self.live.tolist())
 
     def occurrences(self, query, offsets, real):
-        from bm25aug.tokenization import untruncated
+        from bm25aug.tokenization import note_unknown, untruncated
 
         tokens = untruncated(self.tokenizer).encode(query, add_special_tokens=False).tokens
+        note_unknown(self.tokenizer, tokens, query)
         # The window holds the first tokens of the query: [CLS] t0 t1 ... [SEP] (offsets (0, 0) on
         # [CLS], [SEP] and padding only).
         window = int(np.count_nonzero(offsets[:, 1] > offsets[:, 0]))

@@ -99,6 +99,22 @@ def vocab_hash(tokenizer) -> str:
     return hashlib.sha256("\n".join(t for t, _ in ordered).encode("utf-8")).hexdigest()[:16]
 
 
+def normalization(tokenizer) -> str:
+    """Hash of how the tokenizer normalizes and splits text before WordPiece (lowercasing,
+    accents, punctuation): two tokenizers with one vocabulary but other casing give other tokens."""
+    import json
+
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    parts = json.dumps([spec.get("normalizer"), spec.get("pre_tokenizer")], sort_keys=True)
+    return hashlib.sha256(parts.encode("utf-8")).hexdigest()[:16]
+
+
+def lowercases(tokenizer) -> bool:
+    """Whether the tokenizer lowercases text before WordPiece (an uncased vocabulary does)."""
+    normalizer = tokenizer.backend_tokenizer.normalizer
+    return normalizer is not None and normalizer.normalize_str("A") == "a"
+
+
 def special_tokens(tokenizer) -> frozenset[str]:
     """[CLS], [SEP], [PAD], [UNK], [MASK]: computed once per tokenizer (it is asked per query)."""
     cached = getattr(tokenizer, "_bm25aug_specials", None)
@@ -145,4 +161,23 @@ def query_term_counts(tokenizer, query: str) -> Counter:
     """WordPiece query terms with their counts; special tokens such as [UNK] match nothing useful."""
     specials = special_tokens(tokenizer)
     tokens = untruncated(tokenizer).encode(query, add_special_tokens=False).tokens
+    note_unknown(tokenizer, tokens, query)
     return Counter(t for t in tokens if t not in specials)
+
+
+_UNKNOWN_NOTES = 5  # queries reported one by one; after that, one line says that more are not
+_unknown_seen = [0]
+
+
+def note_unknown(tokenizer, tokens: list[str], query: str) -> None:
+    """Say at search time that a query lost words: a wp index holds only vocabulary entries, so a
+    word the tokenizer maps to [UNK] (an emoji, a rare script) matches nothing there (the flat
+    index keeps such words). The documented out-of-vocabulary limitation, logged, not silent."""
+    unknown = tokens.count(tokenizer.unk_token) if tokenizer.unk_token else 0
+    if not unknown:
+        return
+    _unknown_seen[0] += 1
+    if _unknown_seen[0] <= _UNKNOWN_NOTES:
+        log.warning("query %r: %d word(s) outside the WordPiece vocabulary ([UNK]) match nothing in a wp index%s",
+                    query[:80], unknown, "; further such queries are not reported" if _unknown_seen[0] == _UNKNOWN_NOTES
+                    else "")

@@ -30,7 +30,10 @@ from bm25aug.data import Dataset, Split
 from bm25aug.errors import UserError
 from bm25aug.evaluation import has_answer, per_query
 from bm25aug.export import encode_queries
-from bm25aug.io import atomic_dir, atomic_write_bytes, write_json, write_jsonl
+from bm25aug.interrupts import deferred, stop_point
+from bm25aug.io import (atomic_dir, atomic_write_bytes, check_outputs, claim_folder, derived_ok, record_derived,
+                        refuse_foreign, source_key, write_json, write_jsonl)
+from bm25aug.limits import check_all
 from bm25aug.model import CONFIG_NAME, QueryAugmenter
 from bm25aug.pseudo import PREFIX as PSEUDO_PREFIX, with_pseudo_queries
 from bm25aug.search import BM25Searcher, mean_added_terms, parallel_map
@@ -111,6 +114,13 @@ class TrainConfig:
     teacher: str | None = None
     distill_weight: float = 1.0
 
+    def __post_init__(self) -> None:
+        """Every setting checked when the config is made, before anything is read or written."""
+        check_all(self)
+        for flag, value, known in (("--negatives", self.negatives, NEGATIVES), ("--aug-init", self.aug_init, AUG_INITS)):
+            if value not in known:
+                raise UserError(f"unknown {flag} {value!r}; fix: use one of {', '.join(known)}")
+
     @classmethod
     def for_dataset(cls, dataset: str, **overrides) -> "TrainConfig":
         """The preset of ``dataset`` (the paper's for nq/entityquestions/msmarco), then overrides."""
@@ -123,6 +133,7 @@ _PREDATES = {"target": "wp", "weight_floor": 0.0, "pooling": None, "penalty_floo
              "aug_threshold": 0.0, "encoder_layers": None, "pseudo_queries": 0, "off_positive_penalty": 0.0,
              "ema_decay": 0.0, "flops": 0.0}
 NEGATIVES = ("bm25", "dpr")
+RUN_MARKER = "bm25aug_run.json"  # claims a training output folder (bm25aug.io.claim_folder)
 AUG_INITS = ("embeddings", "centered", "random")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -235,23 +246,9 @@ class Trainer:
         if not config.output_dir:
             raise UserError("no output directory; fix: pass --output-dir DIR")
         self.config, self.dataset, self.out = config, dataset, Path(config.output_dir)
-        # Settings are checked before anything is written into the output directory.
-        for flag, value, known in (("--negatives", config.negatives, NEGATIVES),
-                                   ("--aug-init", config.aug_init, AUG_INITS)):
-            if value not in known:
-                raise UserError(f"unknown {flag} {value!r}; fix: use one of {', '.join(known)}")
-        if not 0 <= config.gate_quantile <= 1:
-            raise UserError(f"--gate-quantile {config.gate_quantile} is not a quantile; fix: pass a number "
-                            f"from 0 (no gate) to 1")
-        for flag, value, what, example in (("--ema-decay", config.ema_decay, "a decay", 0.99),
-                                           ("--significance", config.significance, "a p-value level", 0.05)):
-            if not 0 <= value < 1:
-                raise UserError(f"{flag} {value} is not {what}; fix: pass a number from 0 (off) to below 1, "
-                                f"such as {example}")
-        if min(config.pseudo_queries, config.random_negatives, config.aug_threshold, config.off_positive_penalty,
-               config.flops, config.distill_weight) < 0:
-            raise UserError("--pseudo-queries, --random-negatives, --aug-threshold, --off-positive-penalty, --flops "
-                            "and --distill-weight cannot be negative; fix: pass 0 or more")
+        check_outputs({"--output-dir": self.out}, {"the dataset": dataset.path, "the index": index,
+                                                   "the teacher": config.teacher}, folders=("--output-dir",))
+        refuse_foreign(self.out, RUN_MARKER, "--output-dir", _earlier_run)  # before a minute of loading
         self.teacher = self._teacher()
         self.resume = resume
         _seed_everything(config.seed)
@@ -267,7 +264,17 @@ class Trainer:
                 target=config.target, weight_floor=config.weight_floor, aug_threshold=config.aug_threshold,
                 aug_layer=config.aug_layer, aug_init=config.aug_init,
                 **({"pooling": config.pooling} if config.pooling else {}))
-        self._check_output_dir(resume)
+        self._lock = claim_folder(self.out, RUN_MARKER, "a training run", "--output-dir", _earlier_run)
+        try:
+            self._check_output_dir(resume)
+            self._prepare(index, dataset, fresh)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _prepare(self, index: Path, dataset: Dataset, fresh: bool) -> None:
+        """Index, loss, examples and optimizer, once the output folder is claimed."""
+        config = self.config
         self.searcher = BM25Searcher(index, config.k1, config.b, tokenizer=self.model.tokenizer, flavor=config.target)
         if self.searcher.meta.flavor != config.target:
             raise UserError(f"{index} is a {self.searcher.meta.flavor} index but --target is {config.target}; "
@@ -338,19 +345,25 @@ class Trainer:
         write_json(saved, asdict(self.config))
 
     def _negatives(self, train: Split) -> dict[str, list[str]]:
+        """Hard negatives per training query, cached in the run folder for ``--resume`` and reused
+        only when made from the same index, training queries and settings (a run killed before
+        its first epoch left one that a rerun with other settings must not read)."""
         cache = self.out / "hard_negatives.json"
-        if cache.exists():
+        c = self.config
+        source = source_key("hard-negatives", self.searcher.meta.corpus_fingerprint, c.negatives, c.negative_depth,
+                            c.target, c.k1, c.b, sorted(train.queries))
+        if derived_ok(cache, source):
             return json.loads(cache.read_text())
-        if self.config.negatives == "dpr":
+        if c.negatives == "dpr":
             if not any(train.negatives.values()):
                 raise UserError(f"{self.dataset.name}: --negatives dpr uses the training JSON's hard_negative_ctxs, "
                                 f"and this one has none; fix: use --negatives bm25 (mined from the index)")
-            negatives = {q: [d for d in ids if d not in train.qrels.get(q, {})][:self.config.negative_depth]
+            negatives = {q: [d for d in ids if d not in train.qrels.get(q, {})][:c.negative_depth]
                          for q, ids in train.negatives.items()}
         else:
-            negatives = mine_hard_negatives(self.searcher, train, self.dataset, self.config.negative_depth,
-                                            self.config.threads)
+            negatives = mine_hard_negatives(self.searcher, train, self.dataset, c.negative_depth, c.threads)
         write_json(cache, negatives)
+        record_derived(cache, source)
         return negatives
 
     def _optimizer(self):
@@ -369,6 +382,15 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------ loop
     def train(self) -> dict:
+        """Train, then select and gate best/. A Ctrl-C or SIGTERM ends the step in flight first
+        (``bm25aug.interrupts``); last/ then holds the last finished epoch, for ``--resume``."""
+        try:
+            with deferred():
+                return self._train()
+        finally:
+            self._lock.release()
+
+    def _train(self) -> dict:
         c = self.config
         state = self._load_state() if self.resume else _fresh_state()
         log_path = self.out / "log.jsonl"
@@ -393,6 +415,7 @@ class Trainer:
                 for k, v in parts.items():
                     sums[k] = sums.get(k, 0.0) + float(v.detach())
                 bar.set_postfix(loss=f"{float(parts['loss'].detach()):.3f}", reg=f"{float(parts['reg']):.2f}")
+                stop_point()
             with self._served_weights():
                 record = {"epoch": epoch + 1, "step": state["step"],
                           **{f"train_{k}": v / self.steps_per_epoch for k, v in sums.items()}, **self.evaluate_dev()}
@@ -564,10 +587,11 @@ class Trainer:
     def _save_state(self, state: dict) -> None:
         with atomic_dir(self.out / "last", CONFIG_NAME, what="a bm25aug checkpoint") as tmp:
             self.model.write_files(tmp)
+            buf = BytesIO()  # serialized in memory, so a full disk is an OSError of the write, not torch's
             torch.save({"state": state, "optimizer": self.optimizer.state_dict(),
                         "scheduler": self.scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
-                        "average": self.average.state_dict() if self.average else None},
-                       tmp / "trainer_state.pt")
+                        "average": self.average.state_dict() if self.average else None}, buf)
+            atomic_write_bytes(tmp / "trainer_state.pt", buf.getvalue())
 
     def _load_state(self) -> dict:
         path = self.out / "last" / "trainer_state.pt"
@@ -640,6 +664,17 @@ def calibrate_gate(model: QueryAugmenter, queries: list[str], quantile: float) -
 def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A batch tensor on ``device``: through pinned memory, asynchronously, for CUDA."""
     return tensor.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else tensor
+
+
+def _earlier_run(folder: Path) -> bool:
+    """A run folder written before folders were claimed with a marker: its settings, and a
+    checkpoint bm25aug wrote (last/ with the trainer's state, or best/ with the model config)."""
+    try:
+        saved = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    ours = (folder / "last" / "trainer_state.pt").exists() or (folder / "best" / CONFIG_NAME).exists()
+    return isinstance(saved, dict) and {"dataset", "lam", "target"} <= saved.keys() and ours
 
 
 def _fresh_state() -> dict:

@@ -1,0 +1,134 @@
+"""Every numeric setting's range, and the limits on a query, checked in one place.
+
+The command line checks its parsed options here (``check_all``) before any work, and the library
+checks the same names where they enter it (``EvalConfig``, ``TrainConfig``, ``LuceneIndex``,
+``prune``, qrels files), so a value the JVM, pytrec_eval or the trainer would reject, misread or
+wrap around is one line naming the range instead: ``--k -5`` used to score every query 0, a
+relevance grade of 2^32 wrapped to 0, ``--b 5`` was a Java traceback.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from bm25aug.errors import UserError
+
+JAVA_INT_MAX = 2**31 - 1
+# Analyzed, a query of at most this many characters has at most as many distinct terms; with
+# the most terms a model adds (a few thousand), that stays below the clause limit the JVM is set
+# to (bm25aug.java: 65,536), past which Lucene raises TooManyClauses.
+MAX_QUERY_CHARS = 50_000
+
+
+@dataclass(frozen=True)
+class Range:
+    """``low <= value <= high`` (``high_open``: ``< high``); None: unbounded on that side."""
+
+    low: float | None
+    high: float | None = None
+    integer: bool = False
+    high_open: bool = False
+    note: str = ""  # what the ends mean, for the error's fix
+
+    def allows(self, value) -> bool:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if self.integer and not float(value).is_integer():
+            return False
+        if not math.isfinite(value):
+            return False
+        if self.low is not None and value < self.low:
+            return False
+        if self.high is not None and (value >= self.high if self.high_open else value > self.high):
+            return False
+        return True
+
+    def describe(self) -> str:
+        kind = "an integer" if self.integer else "a number"
+        if self.high is None:
+            text = f"{kind} >= {self.low:g}"
+        else:
+            text = f"{kind} from {self.low:g} to {'below ' if self.high_open else ''}{self.high:g}"
+        return f"{text} ({self.note})" if self.note else text
+
+
+RANGES: dict[str, Range] = {
+    # search and evaluation
+    "k": Range(1, JAVA_INT_MAX, integer=True, note="hits per query"),
+    "k1": Range(0, 1000, note="BM25 term-frequency saturation; Pyserini's BEIR runs use 0.9"),
+    "b": Range(0, 1, note="BM25 length normalization; Pyserini's BEIR runs use 0.4"),
+    "threads": Range(1, 1024, integer=True),
+    "aug_gate": Range(0, None, integer=True, note="0: no gate"),
+    "top_k": Range(1, None, integer=True, note="leave it out to keep every term"),
+    "threshold": Range(0, None),
+    # qrels: trec_eval sizes its tables by the largest grade (2^31 took 16.8 GB) and stores grades in 32 bits
+    "grade": Range(-1000, 1000, integer=True, note="graded qrels use small integers such as 0, 1, 2"),
+    # training
+    "epochs": Range(1, None, integer=True),
+    "batch_size": Range(1, None, integer=True),
+    "lr": Range(0, 1, note="the encoder's learning rate, e.g. 3e-5"),
+    "head_lr": Range(0, 1, note="the heads' learning rate, e.g. 1e-3"),
+    "weight_decay": Range(0, 1),
+    "warmup_ratio": Range(0, 1),
+    "lam": Range(0, None),
+    "penalty_floor": Range(0, None),
+    "off_positive_penalty": Range(0, None),
+    "ema_decay": Range(0, 1, high_open=True, note="0: off; e.g. 0.99"),
+    "flops": Range(0, None, note="0: off"),
+    "significance": Range(0, 1, high_open=True, note="0: off; e.g. 0.05"),
+    "gate_quantile": Range(0, 1, note="0: no gate"),
+    "hard_negatives": Range(0, None, integer=True),
+    "random_negatives": Range(0, None, integer=True),
+    "pseudo_queries": Range(0, None, integer=True),
+    "negative_depth": Range(1, None, integer=True),
+    "max_query_length": Range(1, 512, integer=True, note="tokens the encoder reads"),
+    "dev_size": Range(1, None, integer=True),
+    "dev_depth": Range(1, None, integer=True),
+    "seed": Range(0, 2**32 - 1, integer=True),
+    "weight_floor": Range(0, None),
+    "aug_threshold": Range(0, None),
+    "encoder_layers": Range(0, None, integer=True),
+    "aug_layer": Range(-1, None, integer=True, note="-1: the last layer"),
+    "distill_weight": Range(0, None),
+}
+
+
+def check(name: str, value, option: str | None = None):
+    """``value`` if it is in ``name``'s range (None, meaning "the default", passes), else a
+    ``UserError`` naming the option, the value and the range."""
+    if value is None:
+        return value
+    rule = RANGES[name]
+    if not rule.allows(value):
+        option = option or f"--{name.replace('_', '-')}"
+        raise UserError(f"{option} {value!r} is out of range; fix: pass {rule.describe()}")
+    return value
+
+
+def check_all(settings) -> None:
+    """Check every attribute of ``settings`` (parsed options, a config dataclass) that has a range."""
+    for name in RANGES:
+        if hasattr(settings, name):
+            check(name, getattr(settings, name))
+
+
+def check_text(text: str, what: str) -> str:
+    """``text`` unless Java and the tokenizers cannot take it: a lone UTF-16 surrogate (JSON's
+    ``"\\ud800"`` decodes to one) is not valid Unicode, and pyjnius fails on it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise UserError(f"{what} holds a lone surrogate ({text[e.start]!r} at character {e.start}), which is not "
+                        f"valid Unicode; fix: remove it or replace it with the character it stood for") from None
+    return text
+
+
+def check_query(query) -> str:
+    """A query string Lucene can search: valid Unicode and at most ``MAX_QUERY_CHARS`` characters."""
+    if not isinstance(query, str):
+        raise TypeError(f"a query must be a str, not {type(query).__name__}")
+    if len(query) > MAX_QUERY_CHARS:
+        raise UserError(f"a query of {len(query):,} characters is over the {MAX_QUERY_CHARS:,} limit; "
+                        f"fix: shorten it (BM25 caps a query's distinct terms)")
+    return check_text(query, "the query")

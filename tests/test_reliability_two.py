@@ -1,0 +1,371 @@
+"""The second hostile-user probe (issue 29), one section per class of harm. Each test failed on
+the release before the fix: outputs that overwrote inputs, cached files and indexes trusted
+blindly, values the JVM or pytrec_eval misread, signals that skipped every cleanup."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bm25aug.data import load_dataset
+from bm25aug.errors import UserError
+from bm25aug.index import ensure_index
+from conftest import TINY_DOCS, write_beir
+from test_reliability import ROOT, run_cli, snapshot
+from test_stock_index import pyserini_index
+
+DEAD_PID = 2**22 + 12345  # above pid_max, so no process has it
+
+
+def one_line_error(out, message: str) -> None:
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr and message in out.stderr, out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith("error: "), out.stderr
+
+
+def tiny_train_config(run: Path, **overrides):
+    from bm25aug.training import TrainConfig
+
+    settings = dict(dataset="tiny", output_dir=str(run), batch_size=4, dev_size=2, negative_depth=3, threads=1,
+                    epochs=1, significance=0, gate_quantile=0)
+    return TrainConfig(**{**settings, **overrides})
+
+
+# ---------------------------------------------------------------------------- 1. outputs never overwrite inputs
+def test_eval_output_naming_the_qrels_is_refused(tmp_path):
+    root = write_beir(tmp_path / "tiny")
+    qrels = root / "qrels" / "test.tsv"
+    before = qrels.read_bytes()
+    for args, message in ((["--output", str(qrels)], "lies inside the dataset"),
+                          (["--output", str(root / "qrels" / "dev.tsv")], "lies inside the dataset"),
+                          (["--output", str(tmp_path / "x"), "--json-out", str(tmp_path / "x")], "both write")):
+        out = run_cli("eval.py", "--dataset", str(root), "--method", "bm25-flat", "--index-root", str(tmp_path / "idx"),
+                      *args)
+        one_line_error(out, message)
+    assert qrels.read_bytes() == before and not (root / "qrels" / "dev.tsv").exists()
+    assert not (tmp_path / "idx").exists()  # refused before any work
+
+
+def test_export_output_naming_an_input_is_refused(offline_model, tmp_path):
+    root = write_beir(tmp_path / "tiny")
+    offline_model.save_pretrained(tmp_path / "ckpt")
+    before = snapshot(root)
+    for target in (root / "queries.jsonl", tmp_path / "ckpt" / "terms.jsonl"):
+        one_line_error(run_cli("-m", "bm25aug.cli", "export", "--checkpoint", str(tmp_path / "ckpt"), "--dataset",
+                               str(root), "--output", str(target)), "which this command reads")
+    assert snapshot(root) == before and not (tmp_path / "ckpt" / "terms.jsonl").exists()
+
+
+def test_training_refuses_a_folder_of_the_users_files(tiny_wp, tmp_path):
+    from bm25aug.training import Trainer
+
+    ds, _, flat = tiny_wp
+    run = tmp_path / "mine"
+    (run / "best").mkdir(parents=True)
+    (run / "config.json").write_text('{"my": "experiment"}')
+    (run / "log.jsonl").write_text('{"my": "results"}\n')
+    (run / "best" / "weights.bin").write_bytes(b"precious")
+    before = snapshot(run)
+    start = time.perf_counter()
+    with pytest.raises(UserError, match="holds files bm25aug did not write"):
+        Trainer(tiny_train_config(run), ds, flat)
+    assert snapshot(run) == before and not (run / "bm25aug_run.json").exists()
+    assert time.perf_counter() - start < 5  # before the model is loaded, not a minute later
+    with pytest.raises(UserError, match="lies inside the dataset"):
+        Trainer(tiny_train_config(ds.path / "run"), ds, flat)
+
+
+# ----------------------------------------------------------------------------------------- 2. qrels grades
+@pytest.mark.parametrize("grade", ["2147483648", "4294967296", "-5000"])
+def test_qrels_grades_out_of_range_are_one_line_errors(tmp_path, grade):
+    root = write_beir(tmp_path / "tiny")
+    (root / "qrels" / "test.tsv").write_text(f"query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t{grade}\n")
+    with pytest.raises(UserError, match=f"test.tsv:3: relevance grade {grade} is out of range"):
+        load_dataset(str(root)).split("test")
+
+
+# ------------------------------------------------------------------------------ 3. indexes must be the dataset's
+def test_an_index_of_another_dataset_or_corpus_is_refused(tiny_wp, tmp_path):
+    from bm25aug.experiment import EvalConfig, evaluate
+
+    ds, _, _ = tiny_wp
+    other = load_dataset(str(write_beir(tmp_path / "other", docs={f"x{i}": ("t", f"text {i}") for i in range(3)})))
+    foreign = ensure_index(other, "flat", tmp_path / "idx")
+    with pytest.raises(UserError, match="built from dataset 'other'"):
+        evaluate(EvalConfig(dataset=str(ds.path), method="bm25-flat", index=str(foreign), companions=False))
+    edited = write_beir(tmp_path / "v2" / "tiny")  # the same name, a newer corpus
+    with open(edited / "corpus.jsonl", "a") as f:
+        f.write(json.dumps({"_id": "d9", "title": "Cats", "text": "cat mat"}) + "\n")
+    old_index = ensure_index(load_dataset(str(write_beir(tmp_path / "v1" / "tiny"))), "flat", tmp_path / "v1idx")
+    with pytest.raises(UserError, match="another version of tiny's corpus"):
+        evaluate(EvalConfig(dataset=str(edited), method="bm25-flat", index=str(old_index), companions=False))
+    stock = pyserini_index(tmp_path / "stock.flat")  # a stock index: its ids are checked instead
+    with pytest.raises(UserError, match="8 of them unknown"):
+        evaluate(EvalConfig(dataset=str(other.path), method="bm25-flat", index=str(stock), companions=False))
+    assert evaluate(EvalConfig(dataset=str(ds.path), method="bm25-flat", index=str(stock),
+                               companions=False)).metrics["bm25-flat"]["ndcg@10"] > 0.9
+
+
+def test_a_stock_index_is_searched_only_as_what_it_is(tmp_path, offline_model, flat_model):
+    from bm25aug.search import AugmentedSearcher, BM25Searcher
+
+    flat, wp = pyserini_index(tmp_path / "stock.flat"), pyserini_index(tmp_path / "stock.wp", offline_model.tokenizer)
+    with pytest.raises(UserError, match="so it is a wp index, not flat"):
+        BM25Searcher(wp)
+    with pytest.raises(UserError, match="search it as flat"):
+        BM25Searcher(flat, tokenizer="bert-base-uncased")
+    with pytest.raises(UserError, match="search it as flat"):
+        AugmentedSearcher(offline_model, BM25Searcher(flat, tokenizer=offline_model.tokenizer, flavor="wp"))
+    with pytest.raises(UserError, match="so it is a wp index"):
+        AugmentedSearcher(flat_model, BM25Searcher(wp, tokenizer=flat_model.tokenizer, flavor="flat"))
+    cased = _cased_copy()
+    with pytest.raises(UserError, match="no upper-case terms but the tokenizer keeps case"):
+        BM25Searcher(wp, tokenizer=cased)
+
+
+def _cased_copy():
+    """The offline tokenizer with lowercasing switched off: the same vocabulary, other tokens."""
+    from tokenizers import normalizers
+    from transformers import AutoTokenizer
+
+    from bm25aug.tokenization import offline_model_path
+
+    tok = AutoTokenizer.from_pretrained(offline_model_path(), use_fast=True)
+    tok.backend_tokenizer.normalizer = normalizers.BertNormalizer(lowercase=False)
+    return tok
+
+
+def test_a_wp_index_refuses_a_tokenizer_with_other_casing(tiny_wp):
+    from bm25aug.search import BM25Searcher
+
+    _, wp, _ = tiny_wp
+    with pytest.raises(UserError, match="normalizes text differently"):
+        BM25Searcher(wp, tokenizer=_cased_copy())
+
+
+# ------------------------------------------------------------------------------------ 4. cached artefacts
+def test_onnx_export_follows_its_sources_and_its_own_bytes(offline_model, tmp_path):
+    from bm25aug.fast_encoder import load_encoder
+
+    checkpoint = tmp_path / "ckpt"
+    offline_model.save_pretrained(checkpoint)
+    onnx = checkpoint / "onnx" / "model.int8.onnx"
+    query = ["cats and lions in the garden"]
+    expected = load_encoder(checkpoint).encode(query)
+    with open(onnx, "r+b") as f:  # 4 KB overwritten in the middle of the weights
+        f.seek(onnx.stat().st_size // 2)
+        f.write(b"\x7f" * 4096)
+    assert load_encoder(checkpoint).encode(query) == expected  # exported again, not read damaged
+    onnx.unlink()
+    assert load_encoder(checkpoint).encode(query) == expected  # no traceback: exported again
+    config = checkpoint / "bm25aug_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "target": "flat"}))
+    flat = load_encoder(checkpoint).encode(query)
+    fresh = tmp_path / "fresh"  # the edited model, exported from scratch
+    shutil.copytree(checkpoint, fresh, ignore=shutil.ignore_patterns("onnx"))
+    assert flat == load_encoder(fresh).encode(query) and "lion" in flat[0] and "lions" in expected[0]
+
+
+def test_a_damaged_id_table_is_not_trusted(tiny_wp, tmp_path):
+    from bm25aug.search import BM25Searcher
+
+    _, _, flat = tiny_wp
+    copy = tmp_path / "tiny.flat"
+    shutil.copytree(flat, copy)
+    truth = BM25Searcher(copy).search("cat on a mat", 8)
+    table = copy / "docids.txt"
+    lines = table.read_text().splitlines()
+    lines[0], lines[1] = lines[1], lines[0]
+    table.write_text("\n".join(lines) + "\n")
+    assert BM25Searcher(copy).search("cat on a mat", 8) == truth
+    assert table.read_text().splitlines() != lines  # written again from the index
+
+
+def test_damaged_caches_and_index_files_are_one_line_errors_or_rebuilt(tiny_wp, tmp_path, offline_model, monkeypatch):
+    from bm25aug import analysis
+    from bm25aug.search import BM25Searcher
+
+    _, _, flat = tiny_wp
+    monkeypatch.setattr(analysis, "CACHE_DIR", tmp_path / "flat_map")
+    monkeypatch.setattr(analysis, "_loaded", {})
+    built = analysis.flat_map(offline_model.tokenizer)
+    cache = next((tmp_path / "flat_map").glob("*.json"))
+    cache.write_text(cache.read_text()[:1000])  # truncated
+    monkeypatch.setattr(analysis, "_loaded", {})
+    assert analysis.flat_map(offline_model.tokenizer).terms == built.terms
+    bad_meta = tmp_path / "meta"
+    shutil.copytree(flat, bad_meta)
+    (bad_meta / "meta.json").write_text("{not json")
+    with pytest.raises(UserError, match="meta.json is not a valid index description"):
+        BM25Searcher(bad_meta)
+    truncated = tmp_path / "truncated"
+    shutil.copytree(flat, truncated)
+    victim = max((p for p in truncated.iterdir() if p.suffix in (".cfs", ".doc", ".tim", ".fdt")),
+                 key=lambda p: p.stat().st_size)
+    victim.write_bytes(victim.read_bytes()[:-40])
+    with pytest.raises(UserError, match="is damaged"):
+        BM25Searcher(truncated).search("cat", 5)
+
+
+# -------------------------------------------------------------------------------------- 5. training folders
+def test_a_training_folder_is_claimed_and_settings_checked_before_writing(tmp_path):
+    from bm25aug.training import Trainer
+
+    broad = "cat dog lions rain pasta telescope sparrows car"  # every query matches every document
+    ds = load_dataset(str(write_beir(tmp_path / "tiny", queries={f"q{i}": broad for i in range(1, 9)})))
+    flat = ensure_index(ds, "flat", tmp_path / "idx")
+    for bad in ({"epochs": 0}, {"batch_size": 0}):
+        with pytest.raises(UserError, match="out of range"):
+            tiny_train_config(tmp_path / "bad", **bad)
+    assert not (tmp_path / "bad").exists()
+    first = Trainer(tiny_train_config(tmp_path / "run", negative_depth=3), ds, flat)
+    with pytest.raises(UserError, match="another bm25aug process is writing a training run"):
+        Trainer(tiny_train_config(tmp_path / "run"), ds, flat)
+    assert {len(e.negatives) for e in first.examples} == {3}
+    first._lock.release()  # as if killed before its first epoch ended
+    second = Trainer(tiny_train_config(tmp_path / "run", negative_depth=1), ds, flat)
+    assert {len(e.negatives) for e in second.examples} == {1}  # mined again for the new settings
+    second.train()
+    assert (tmp_path / "run" / "best" / "bm25aug_config.json").exists()
+
+
+# -------------------------------------------------------------------------------------- 6. metric semantics
+def test_a_scored_run_file_is_treated_as_a_searched_run(tmp_path):
+    from bm25aug.experiment import EvalConfig, score_run
+
+    root = write_beir(tmp_path / "tiny")
+    run = tmp_path / "run.trec"
+    run.write_text("q1 Q0 q1 1 9.0 x\nq1 Q0 d1 2 8.0 x\n")  # the query itself first, as in ArguAna
+    kept = score_run(EvalConfig(dataset=str(root), remove_query=False), run)
+    dropped = score_run(EvalConfig(dataset=str(root), remove_query=True), run)
+    assert dropped["mrr@10"] > kept["mrr@10"]
+    run.write_text("")
+    with pytest.raises(UserError, match="holds no hits"):
+        score_run(EvalConfig(dataset=str(root)), run)
+    run.write_text("z1 Q0 d1 1 9.0 x\n")
+    with pytest.raises(UserError, match="none of the 1 queries"):
+        score_run(EvalConfig(dataset=str(root)), run)
+
+
+@pytest.mark.parametrize("docid", ["d 1", "d\t1", "d1\u00a0", " d1"])
+def test_doc_ids_a_run_file_cannot_hold_are_refused(tmp_path, docid):
+    root = write_beir(tmp_path / "tiny", docs={**TINY_DOCS, docid: ("t", "text")})
+    with pytest.raises(UserError, match="corpus.jsonl:9: document id .* holds whitespace"):
+        len(load_dataset(str(root)).corpus)
+
+
+# ---------------------------------------------------------------------------------- 7. interrupts, leftovers
+def test_sigint_reaches_python_once_the_jvm_runs():
+    code = ("import os, signal, time\nfrom bm25aug.java import start_jvm\nstart_jvm()\n"
+            "try:\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(10)\nexcept KeyboardInterrupt:\n"
+            "    print('caught')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.stdout.strip() == "caught", (out.returncode, out.stderr)
+
+
+def test_interrupted_training_stops_cleanly_and_says_how_to_resume(tiny_beir, tmp_path):
+    args = [sys.executable, "train.py", "--dataset", str(tiny_beir), "--output-dir", str(tmp_path / "run"),
+            "--index-root", str(tmp_path / "idx"), "--epochs", "500", "--batch-size", "2", "--dev-size", "2",
+            "--negative-depth", "2", "--threads", "1"]
+    proc = subprocess.Popen(args, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if line.startswith("epoch 1:"):
+            proc.send_signal(signal.SIGINT)
+            break
+    rest = proc.communicate(timeout=120)[1]
+    stderr = "".join(lines) + rest
+    assert proc.returncode == 130, stderr
+    assert "interrupted; temporaries removed; rerun with --resume" in stderr
+    assert "Traceback" not in stderr and "INTERNAL ASSERT" not in stderr
+    assert not [p for p in (tmp_path / "run").iterdir() if ".tmp." in p.name]
+
+
+def test_deferred_interrupts_wait_for_a_stop_point():
+    from bm25aug.interrupts import deferred, stop_point
+
+    with deferred():
+        os.kill(os.getpid(), signal.SIGTERM)  # recorded, not raised
+        with pytest.raises(KeyboardInterrupt):
+            stop_point()
+        stop_point()  # once only
+
+
+def test_temporaries_of_a_killed_build_are_removed_when_the_index_is_reused(tiny_wp):
+    ds, _, flat = tiny_wp
+    stale = flat.parent / f".{flat.name}.tmp.{DEAD_PID}.ab12"
+    stale.mkdir()
+    (stale / "_0.cfs").write_bytes(b"x" * 4096)
+    assert ensure_index(ds, "flat", flat.parent) == flat  # reused, and the leftover removed
+    assert not stale.exists()
+
+
+def test_a_full_disk_while_saving_is_an_os_error(tmp_path):
+    code = ("import resource, signal, sys\nfrom bm25aug.model import QueryAugmenter\nm = QueryAugmenter.from_encoder()\n"
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))  # files stop at 1 MB, as a full disk\n"
+            "try:\n    m.save_pretrained(sys.argv[1])\nexcept OSError as e:\n    print('OSError', e.errno)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ckpt")], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    assert out.stdout.startswith("OSError"), out.stderr[-2000:]
+    assert not (tmp_path / "ckpt").exists() and not list(tmp_path.iterdir())  # nothing half-written
+
+
+# ---------------------------------------------------------------------------- 8, 9. values: one place, one line
+@pytest.mark.parametrize("args,message", [
+    (["--k", "-5"], "--k -5 is out of range"), (["--k1", "-1"], "--k1 -1.0 is out of range"),
+    (["--b", "5"], "--b 5.0 is out of range"), (["--k1", "nan"], "--k1 nan is out of range"),
+    (["--threads", "-2"], "--threads -2 is out of range"), (["--aug-gate", "-1"], "--aug-gate -1 is out of range"),
+])
+def test_bad_values_are_one_line_errors(tmp_path, args, message):
+    root = write_beir(tmp_path / "tiny")
+    one_line_error(run_cli("eval.py", "--dataset", str(root), "--method", "bm25-flat",
+                           "--index-root", str(tmp_path / "idx"), *args), message)
+
+
+def test_export_top_k_must_be_positive(offline_model):
+    from bm25aug.export import encode_queries
+
+    with pytest.raises(UserError, match="--top-k -1 is out of range"):
+        encode_queries(offline_model, ["cats"], top_k=-1)
+
+
+def test_huge_k_and_long_or_invalid_queries(tiny_wp, tmp_path):
+    from bm25aug.limits import MAX_QUERY_CHARS
+    from bm25aug.search import BM25Searcher
+
+    ds, wp, flat = tiny_wp
+    for index in (wp, flat):
+        searcher = BM25Searcher(index)
+        assert len(searcher.search("cat", k=2**31 - 1)) == len(searcher.search("cat", k=8))
+        many = " ".join(f"w{i}" for i in range(MAX_QUERY_CHARS // 7))  # ~7,000 distinct terms
+        assert searcher.search(many, 3) == []
+        with pytest.raises(UserError, match="over the 50,000 limit"):
+            searcher.search("cat " * (MAX_QUERY_CHARS // 4 + 1))
+        with pytest.raises(UserError, match="lone surrogate"):
+            searcher.search("cat \ud800 mat")
+    root = write_beir(tmp_path / "tiny")
+    with open(root / "corpus.jsonl", "a") as f:
+        f.write('{"_id": "d9", "title": "t", "text": "bad \\ud800 text"}\n')
+    with pytest.raises(UserError, match="corpus.jsonl:9 holds a lone surrogate"):
+        len(load_dataset(str(root)).corpus)
+
+
+# -------------------------------------------------------------------------------- 10. the docs' stock-index path
+def test_augmented_eval_on_a_stock_flat_index_without_document_vectors(tiny_beir, tmp_path, flat_model):
+    from bm25aug.experiment import EvalConfig, evaluate
+
+    flat_model.save_pretrained(tmp_path / "ckpt")
+    stock = pyserini_index(tmp_path / "stock.flat")  # Pyserini's indexer stores no document vectors
+    result = evaluate(EvalConfig(dataset=str(tiny_beir), method="augmented", checkpoint=str(tmp_path / "ckpt"),
+                                 index=str(stock), companions=False, index_root=str(tmp_path / "idx")))
+    metrics = result.metrics["augmented"]
+    assert metrics["ndcg@10"] > 0.5 and "added_precision_weight" not in metrics
