@@ -215,6 +215,7 @@ def _unique(pairs, where: Path, what: str) -> dict:
 
 def _read_qrels_tsv(path: Path, trec: bool = False) -> dict[str, dict[str, int]]:
     qrels: dict[str, dict[str, int]] = {}
+    repeated = 0
     for lineno, line in read_lines(path):
         parts = line.split()
         if not parts or (lineno == 1 and not trec and parts[0] == "query-id"):
@@ -228,7 +229,12 @@ def _read_qrels_tsv(path: Path, trec: bool = False) -> dict[str, dict[str, int]]
         except ValueError:
             raise UserError(f"{path}:{lineno}: relevance grade {parts[2]!r} is not an integer; "
                             f"fix: use integer grades (0, 1, 2, ...)") from None
-        qrels.setdefault(parts[0], {})[parts[1]] = check("grade", grade, f"{path}:{lineno}: relevance grade")
+        judged = qrels.setdefault(parts[0], {})
+        repeated += parts[1] in judged
+        judged[parts[1]] = check("grade", grade, f"{path}:{lineno}: relevance grade")
+    if repeated:
+        log.warning("%s: %d lines judge a query-document pair already judged; the last grade is kept, as "
+                    "pytrec_eval and BEIR's loader keep it", path, repeated)
     if not qrels:
         raise UserError(f"{path} holds no judgments; fix: add 'query-id corpus-id score' lines, or pick another split")
     return qrels

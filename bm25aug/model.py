@@ -32,11 +32,13 @@ import torch
 from torch import nn
 
 from bm25aug.errors import UserError
+from bm25aug.limits import check_all
 from bm25aug.tokenization import hub_then_local, vocab_hash
 
 log = logging.getLogger(__name__)
 PAPER_ENCODER = "distilbert-base-uncased"
 CONFIG_NAME = "bm25aug_config.json"
+POOLINGS = ("cls", "mean", "max")
 WEIGHTS_NAME = "model.safetensors"
 TOKENIZER_NAME = "tokenizer.json"
 
@@ -69,6 +71,15 @@ class AugmenterConfig:
     # (0: the embeddings, each token's word and position vectors; -1: the last layer, as the paper).
     # w always reads the last layer.
     aug_layer: int = -1
+
+    def __post_init__(self) -> None:
+        """A hand-edited config (a negative gate silently switched a(q) off) is refused on load."""
+        from bm25aug.targets import TARGETS
+
+        check_all(self)
+        for name, value, known in (("pooling", self.pooling, POOLINGS), ("target", self.target, TARGETS)):
+            if value not in known:
+                raise UserError(f"unknown {name} {value!r}; fix: use one of {', '.join(known)}")
 
 
 @dataclass
@@ -281,6 +292,12 @@ class QueryAugmenter(nn.Module):
                             f"checkpoint (best/ or last/), or save the model again with save_pretrained")
         try:
             config = AugmenterConfig(**json.loads((path / CONFIG_NAME).read_text()))
+        except UserError as e:
+            raise UserError(f"{path / CONFIG_NAME}: {e}") from None
+        except (json.JSONDecodeError, TypeError, UnicodeDecodeError, OSError) as e:
+            raise UserError(f"{path / CONFIG_NAME} is not a bm25aug model config ({type(e).__name__}: {str(e)[:120]}); "
+                            f"fix: restore it from the run's other checkpoint (best/ or last/), or retrain") from None
+        try:
             encoder = AutoModel.from_config(AutoConfig.from_pretrained(path / "encoder"))
             model = cls(config, encoder, AutoTokenizer.from_pretrained(path, use_fast=True))
             model.load_state_dict(load_file(str(path / WEIGHTS_NAME)))

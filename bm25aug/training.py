@@ -674,7 +674,7 @@ def _earlier_run(folder: Path) -> bool:
     except (OSError, ValueError):
         return False
     ours = (folder / "last" / "trainer_state.pt").exists() or (folder / "best" / CONFIG_NAME).exists()
-    return isinstance(saved, dict) and {"dataset", "lam", "target"} <= saved.keys() and ours
+    return isinstance(saved, dict) and {"dataset", "lam"} <= saved.keys() and ours
 
 
 def _fresh_state() -> dict:

@@ -331,6 +331,26 @@ def test_bad_values_are_one_line_errors(tmp_path, args, message):
                            "--index-root", str(tmp_path / "idx"), *args), message)
 
 
+@pytest.mark.parametrize("edit,message", [({"aug_gate": -1}, "--aug-gate -1 is out of range"),
+                                          ({"weight_floor": -1}, "--weight-floor -1 is out of range"),
+                                          ({"target": "bm42"}, "unknown target 'bm42'"), ({"pooling": 3}, "unknown pooling")])
+def test_a_hand_edited_model_config_is_refused_on_load(offline_model, tmp_path, edit, message):
+    from bm25aug.model import QueryAugmenter
+
+    offline_model.save_pretrained(tmp_path / "ckpt")
+    config = tmp_path / "ckpt" / "bm25aug_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), **edit}))
+    with pytest.raises(UserError, match=f"bm25aug_config.json: {message}"):
+        QueryAugmenter.from_pretrained(tmp_path / "ckpt")
+
+
+def test_repeated_judgments_are_counted_in_a_warning(tmp_path, caplog):
+    root = write_beir(tmp_path / "tiny")
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td1\t2\n")
+    assert load_dataset(str(root)).split("test").qrels == {"q1": {"d1": 2}}
+    assert "1 lines judge a query-document pair already judged" in caplog.text
+
+
 def test_export_top_k_must_be_positive(offline_model):
     from bm25aug.export import encode_queries
 
