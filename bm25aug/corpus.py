@@ -25,6 +25,7 @@ from typing import Callable
 import numpy as np
 
 from bm25aug.errors import UserError
+from bm25aug.io import decode_line
 from bm25aug.limits import check_text
 from bm25aug.progress import progress
 
@@ -129,16 +130,12 @@ class Corpus(Mapping):
                 if lineno == 1 and self.header:
                     self._check_header(raw)
                     continue
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise UserError(f"{self.path}:{lineno}: not valid UTF-8; fix: re-encode the file as UTF-8 "
-                                    f"(e.g. iconv -f latin1 -t utf-8)") from None
+                line = decode_line(raw, lineno, self.path)
                 if line.strip():
                     yield lineno, at, line
 
     def _check_header(self, raw: bytes) -> None:
-        header = raw.decode("utf-8", "replace").rstrip("\r\n").split("\t")
+        header = decode_line(raw, 1, self.path).rstrip("\r\n").split("\t")
         if [h.strip() for h in header[:3]] != ["id", "text", "title"]:
             raise UserError(f"{self.path}: expected a header 'id<TAB>text<TAB>title'; fix: use DPR's passage format")
 
@@ -170,7 +167,8 @@ class Corpus(Mapping):
             raise KeyError(docid)
         with open(self.path, "rb") as f:
             f.seek(int(self._offsets[line]))
-            return self.parse(f.readline().decode("utf-8"), f"{self.path}:{self._lines_of[line]}")[1]
+            lineno = int(self._lines_of[line])
+            return self.parse(decode_line(f.readline(), lineno, self.path), f"{self.path}:{lineno}")[1]
 
     def items(self) -> Iterator[tuple[str, Document]]:  # type: ignore[override]
         """(id, document) in file order, streamed; a repeated id's later lines are skipped."""

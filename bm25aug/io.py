@@ -276,12 +276,20 @@ def derived_ok(path: str | Path, source: str) -> bool:
     return True
 
 
+def decode_line(raw: bytes, lineno: int, path: str | Path) -> str:
+    """One line of a UTF-8 file as text: a byte-order mark on the first line (Windows editors
+    write one) is dropped, and a line that is not UTF-8 is an error naming it."""
+    if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path}:{lineno}: not valid UTF-8; fix: re-encode the file as UTF-8 "
+                        f"(e.g. iconv -f latin1 -t utf-8)") from None
+
+
 def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of a UTF-8 file, with an error naming the line when a line is not UTF-8."""
+    """(line number, text) of a UTF-8 file (``decode_line``)."""
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
-            try:
-                yield lineno, raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise UserError(f"{path}:{lineno}: not valid UTF-8; fix: re-encode the file as UTF-8 "
-                                f"(e.g. iconv -f latin1 -t utf-8)") from None
+            yield lineno, decode_line(raw, lineno, path)

@@ -10,6 +10,7 @@ relevance grade of 2^32 wrapped to 0, ``--b 5`` was a Java traceback.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 from bm25aug.errors import UserError
@@ -32,9 +33,8 @@ class Range:
     note: str = ""  # what the ends mean, for the error's fix
 
     def allows(self, value) -> bool:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return False
-        if self.integer and not float(value).is_integer():
+        kind = numbers.Integral if self.integer else numbers.Real  # 10.0 as a hit count reached Java as a float
+        if isinstance(value, bool) or not isinstance(value, kind):
             return False
         if not math.isfinite(value):
             return False

@@ -28,7 +28,10 @@ class ExpansionSearcher:
         if expansion not in EXPANSIONS:
             raise UserError(f"unknown expansion {expansion!r}; fix: use one of {', '.join(EXPANSIONS)}")
         self.index_dir = Path(index_dir)
-        IndexMeta.load(self.index_dir, flavor="flat")  # not a Lucene index: one error line, before Java's
+        meta = IndexMeta.load(self.index_dir, flavor="flat")  # not a Lucene index: one error line, before Java's
+        if meta.flavor != "flat":
+            raise UserError(f"{index_dir} is a {meta.flavor} index; {expansion} analyzes queries with the English "
+                            f"analyzer, for flat indexes; fix: pass the dataset's flat index")
         start_jvm()  # before Pyserini, whose own JVM setup fails on this runtime
         from pyserini.search.lucene import LuceneSearcher
 

@@ -50,6 +50,9 @@ class BM25Searcher:
         self.index_dir = Path(index_dir)
         tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, Path)) else tokenizer
         self.meta = IndexMeta.load(self.index_dir, tokenizer, flavor)
+        if flavor and self.meta.flavor != flavor:  # bm25aug's own index: its meta.json says what it is
+            raise UserError(f"{self.index_dir} is a {self.meta.flavor} index, not {flavor}; fix: pass a {flavor} index "
+                            f"(`bm25aug index --flavor {flavor}`), or the method or model for {self.meta.flavor}")
         self.index = LuceneIndex(self.index_dir, k1, b)
         self.k1, self.b = k1, b
         self.tokenizer = None
@@ -124,6 +127,11 @@ def parallel_map(fn, items: list, qids: list[str], threads: int, desc: str | Non
     safe, and Lucene searches without the GIL). ``desc`` names a progress bar, shown on a terminal."""
     if len(items) != len(qids):
         raise UserError(f"got {len(items)} queries but {len(qids)} qids; fix: pass one qid per query")
+    if len(set(qids)) != len(qids):
+        repeated = next(q for q, n in Counter(qids).items() if n > 1)
+        raise UserError(f"qid {repeated!r} is given to more than one query (their runs would overwrite each other); "
+                        f"fix: pass one unique qid per query")
+    check("threads", threads)
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
         results = progress(pool.map(fn, items), total=len(items), desc=desc, unit="q", disable=desc is None)
         return dict(zip(qids, results))
@@ -213,7 +221,8 @@ class AugmentedSearcher:
             raise UserError(f"the checkpoint was trained against vocabulary {model.config.vocab_hash} but "
                             f"{searcher.index_dir} has {searcher.meta.vocab_hash}; fix: use a wp index built "
                             f"with the checkpoint's tokenizer")
-        self.model, self.searcher, self.top_k, self.threshold = model, searcher, top_k, threshold
+        self.model, self.searcher = model, searcher
+        self.top_k, self.threshold = check("top_k", top_k), check("threshold", threshold)
 
     @classmethod
     def from_pretrained(cls, checkpoint: str | Path, index: str | Path, k1: float = 0.9, b: float = 0.4,

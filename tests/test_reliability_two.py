@@ -129,6 +129,15 @@ def test_a_stock_index_is_searched_only_as_what_it_is(tmp_path, offline_model, f
         BM25Searcher(wp, tokenizer=cased)
 
 
+def test_a_method_never_searches_an_index_of_the_other_flavor(tiny_wp):
+    from bm25aug.experiment import EvalConfig, evaluate
+
+    ds, wp, flat = tiny_wp
+    for method, index in (("bm25-flat", wp), ("bm25-wp", flat), ("bm25-rm3", wp)):
+        with pytest.raises(UserError, match="index, not flat|index, not wp|is a wp index; rm3"):
+            evaluate(EvalConfig(dataset=str(ds.path), method=method, index=str(index), companions=False))
+
+
 def _cased_copy():
     """The offline tokenizer with lowercasing switched off: the same vocabulary, other tokens."""
     from tokenizers import normalizers
@@ -349,6 +358,29 @@ def test_repeated_judgments_are_counted_in_a_warning(tmp_path, caplog):
     (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td1\t2\n")
     assert load_dataset(str(root)).split("test").qrels == {"q1": {"d1": 2}}
     assert "1 lines judge a query-document pair already judged" in caplog.text
+
+
+def test_api_values_are_checked_too(tiny_wp):
+    from bm25aug.search import BM25Searcher
+
+    _, _, flat = tiny_wp
+    searcher = BM25Searcher(flat)
+    for bad in (10.0, True, 0, "10"):
+        with pytest.raises(UserError, match="--k .* is out of range"):
+            searcher.search("cat", k=bad)
+    with pytest.raises(UserError, match="qid 'a' is given to more than one query"):
+        searcher.batch_search(["cat", "dog"], ["a", "a"])
+    with pytest.raises(UserError, match="--threads -1 is out of range"):
+        searcher.batch_search(["cat"], ["a"], threads=-1)
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_line(tmp_path):
+    root = write_beir(tmp_path / "tiny")
+    for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv"):
+        (root / name).write_bytes(b"\xef\xbb\xbf" + (root / name).read_bytes())
+    ds = load_dataset(str(root))
+    first = next(iter(TINY_DOCS))
+    assert ds.corpus[first].title == TINY_DOCS[first][0] and len(ds.split("test").qrels) == 8
 
 
 def test_export_top_k_must_be_positive(offline_model):
