@@ -132,9 +132,14 @@ def parallel_map(fn, items: list, qids: list[str], threads: int, desc: str | Non
         raise UserError(f"qid {repeated!r} is given to more than one query (their runs would overwrite each other); "
                         f"fix: pass one unique qid per query")
     check("threads", threads)
-    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        results = progress(pool.map(fn, items), total=len(items), desc=desc, unit="q", disable=desc is None)
-        return dict(zip(qids, results))
+    pool = ThreadPoolExecutor(max_workers=threads)
+    try:
+        results = list(progress(pool.map(fn, items), total=len(items), desc=desc, unit="q", disable=desc is None))
+    except BaseException:  # a Ctrl-C, or a query's error: the queries still queued are dropped, not run
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return dict(zip(qids, results))
 
 
 def write_trec_run(run: dict[str, list[Hit]], path: str | Path, tag: str = "bm25aug") -> None:
