@@ -44,20 +44,25 @@ class Document:
         return f"{self.title} {self.text}"
 
 
-def beir_row(line: str, where: str) -> dict:
-    """One line of a BEIR JSONL file (corpus or queries): an object with an ``_id``."""
+def beir_row(line: str, where: str, fields: tuple[str, ...]) -> tuple[str, ...]:
+    """One line of a BEIR JSONL file (corpus or queries): its ``_id`` (a string or a number) and
+    the text ``fields`` (strings; missing or null: empty). Anything else names the line: a number
+    or a list as a text reached the tokenizers as such."""
     try:
         row = json.loads(line)
     except json.JSONDecodeError as e:
         raise UserError(f"{where}: malformed JSON ({e.msg}); fix: repair or remove that line") from None
-    if not isinstance(row, dict) or "_id" not in row:
-        raise UserError(f"{where}: expected a JSON object with an \"_id\" field; fix: repair that line")
-    return row
+    if not isinstance(row, dict) or isinstance(row.get("_id"), bool) or not isinstance(row.get("_id"), (str, int)):
+        raise UserError(f"{where}: expected a JSON object with a string \"_id\"; fix: repair that line")
+    values = [row.get(f) or "" for f in fields]
+    if bad := next((f for f, v in zip(fields, values) if not isinstance(v, str)), None):
+        raise UserError(f"{where}: \"{bad}\" must be a string, not {type(row[bad]).__name__}; fix: repair that line")
+    return (str(row["_id"]), *values)
 
 
 def parse_beir(line: str, where: str) -> tuple[str, Document]:
-    row = beir_row(line, where)
-    return str(row["_id"]), Document(row.get("title") or "", row.get("text") or "")
+    docid, title, text = beir_row(line, where, ("title", "text"))
+    return docid, Document(title, text)
 
 
 def parse_dpr(line: str, where: str) -> tuple[str, Document]:

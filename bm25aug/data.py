@@ -196,8 +196,9 @@ class Dataset:
 
 
 # ----------------------------------------------------------------------------------------- loaders
-def _read_jsonl(path: Path) -> list[dict]:
-    return [beir_row(line, f"{path}:{lineno}") for lineno, line in read_lines(path) if line.strip()]
+def _read_queries_jsonl(path: Path) -> list[tuple[str, str]]:
+    """(id, text) of every query of a BEIR ``queries.jsonl``."""
+    return [beir_row(line, f"{path}:{lineno}", ("text",)) for lineno, line in read_lines(path) if line.strip()]
 
 
 def _unique(pairs, where: Path, what: str) -> dict:
@@ -220,7 +221,7 @@ def _read_qrels_tsv(path: Path, trec: bool = False) -> dict[str, dict[str, int]]
         parts = line.split()
         if not parts or (lineno == 1 and not trec and parts[0] == "query-id"):
             continue
-        if trec and len(parts) == 4:
+        if len(parts) == 4:  # TREC's 'query-id 0 doc-id grade', also where BEIR's three columns are usual
             parts = [parts[0], parts[2], parts[3]]
         if len(parts) != 3:
             raise UserError(f"{path}:{lineno}: expected 'query-id corpus-id score'; fix: repair that line")
@@ -254,7 +255,7 @@ def _judged_queries(qrels: dict[str, dict[str, int]], queries: dict[str, str], w
 def _load_beir_split(path: Path, split: str) -> Split:
     qrels = _read_qrels_tsv(path / "qrels" / f"{split}.tsv")
     file = path / "queries.jsonl"
-    queries = _unique(((str(r["_id"]), r.get("text") or "") for r in _read_jsonl(file)), file, "query")
+    queries = _unique(_read_queries_jsonl(file), file, "query")
     return _judged_queries(qrels, queries, path / "qrels" / f"{split}.tsv")
 
 

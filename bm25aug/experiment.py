@@ -275,8 +275,14 @@ def inputs(config: EvalConfig, run_file: str | Path | None = None) -> dict[str, 
     from bm25aug.index import FLAVORS, index_path
 
     dataset = load_dataset(config.dataset, config.data_dir)
+    model = None
+    if config.method in METHODS and METHODS[config.method].needs_checkpoint and not run_file:
+        try:
+            model = resolve_checkpoint(config.checkpoint, dataset.name, config.transfer)
+        except UserError:
+            pass  # reported when the evaluation asks for it
     found = {"the dataset": dataset.path, "--index": Path(config.index) if config.index else None,
-             "--checkpoint": Path(config.checkpoint) if config.checkpoint else None,
+             "--checkpoint": Path(config.checkpoint) if config.checkpoint else None, "the model": model,
              "--run": Path(run_file) if run_file else None}
     found.update({f"the {flavor} index": index_path(dataset.name, flavor, config.index_root) for flavor in FLAVORS})
     return found

@@ -246,8 +246,10 @@ class Trainer:
         if not config.output_dir:
             raise UserError("no output directory; fix: pass --output-dir DIR")
         self.config, self.dataset, self.out = config, dataset, Path(config.output_dir)
+        encoder = config.encoder if config.encoder and Path(config.encoder).exists() else None
         check_outputs({"--output-dir": self.out}, {"the dataset": dataset.path, "the index": index,
-                                                   "the teacher": config.teacher}, folders=("--output-dir",))
+                                                   "the teacher": config.teacher, "--encoder": encoder},
+                      folders=("--output-dir",))
         refuse_foreign(self.out, RUN_MARKER, "--output-dir", _earlier_run)  # before a minute of loading
         self.teacher = self._teacher()
         self.resume = resume

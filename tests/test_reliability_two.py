@@ -56,10 +56,13 @@ def test_export_output_naming_an_input_is_refused(offline_model, tmp_path):
     root = write_beir(tmp_path / "tiny")
     offline_model.save_pretrained(tmp_path / "ckpt")
     before = snapshot(root)
-    for target in (root / "queries.jsonl", tmp_path / "ckpt" / "terms.jsonl"):
+    for target in (root / "queries.jsonl", tmp_path / "ckpt" / "model.safetensors"):
         one_line_error(run_cli("-m", "bm25aug.cli", "export", "--checkpoint", str(tmp_path / "ckpt"), "--dataset",
                                str(root), "--output", str(target)), "which this command reads")
-    assert snapshot(root) == before and not (tmp_path / "ckpt" / "terms.jsonl").exists()
+    assert snapshot(root) == before
+    eval_out = run_cli("eval.py", "--dataset", str(root), "--checkpoint", str(tmp_path / "ckpt"), "--output",
+                       str(tmp_path / "ckpt" / "model.safetensors"))
+    one_line_error(eval_out, "which this command reads")
 
 
 def test_training_refuses_a_folder_of_the_users_files(tiny_wp, tmp_path):
@@ -372,6 +375,27 @@ def test_api_values_are_checked_too(tiny_wp):
         searcher.batch_search(["cat", "dog"], ["a", "a"])
     with pytest.raises(UserError, match="--threads -1 is out of range"):
         searcher.batch_search(["cat"], ["a"], threads=-1)
+
+
+@pytest.mark.parametrize("file,row,message", [
+    ("corpus.jsonl", {"_id": "d9", "title": "t", "text": 5}, 'corpus.jsonl:9: "text" must be a string, not int'),
+    ("corpus.jsonl", {"_id": None, "text": "t"}, 'corpus.jsonl:9: expected a JSON object with a string "_id"'),
+    ("queries.jsonl", {"_id": "q9", "text": ["a", "list"]}, 'queries.jsonl:9: "text" must be a string, not list'),
+])
+def test_fields_of_the_wrong_type_name_their_line(tmp_path, file, row, message):
+    root = write_beir(tmp_path / "tiny")
+    with open(root / file, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    with pytest.raises(UserError, match=message):
+        ds = load_dataset(str(root))
+        len(ds.corpus)
+        ds.split("test")
+
+
+def test_trec_qrels_in_a_beir_folder_are_read(tmp_path):
+    root = write_beir(tmp_path / "tiny")
+    (root / "qrels" / "test.tsv").write_text("q1 0 d1 1\nq2 0 d2 2\n")
+    assert load_dataset(str(root)).split("test").qrels == {"q1": {"d1": 1}, "q2": {"d2": 2}}
 
 
 def test_a_byte_order_mark_is_not_part_of_the_first_line(tmp_path):
