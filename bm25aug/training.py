@@ -35,6 +35,7 @@ from bm25aug.io import (atomic_dir, atomic_write_bytes, check_outputs, claim_fol
                         refuse_foreign, source_key, write_json, write_jsonl)
 from bm25aug.limits import check_all
 from bm25aug.model import CONFIG_NAME, QueryAugmenter
+from bm25aug.model_card import card_text, finished_now, write_card
 from bm25aug.pseudo import PREFIX as PSEUDO_PREFIX, with_pseudo_queries
 from bm25aug.search import BM25Searcher, mean_added_terms, parallel_map
 from bm25aug.tokenization import vocab_hash
@@ -432,7 +433,23 @@ class Trainer:
             plot_curves(history, self.out / "curves.png")
         selection = self._check_significance()
         self._calibrate_gate()
+        self._write_card(history, selection)
         return {"best_dev_metric": state["best"], "history": history, "selection": selection}
+
+    def _write_card(self, history: list[dict], selection: dict | None) -> None:
+        """best/README.md: the model's card with this run's recipe, data and dev selection."""
+        best = self.out / "best"
+        if not (best / CONFIG_NAME).exists():
+            return
+        model = QueryAugmenter.from_pretrained(best)
+        recipe = {k: v for k, v in asdict(self.config).items() if k not in ("output_dir", "threads", "device")}
+        top = max(history[1:], key=lambda h: h["dev_metric"], default=history[0])
+        how = json.loads((self.out / "dev_split.json").read_text())["how"]
+        write_card(best, card_text(model.config, model.encoder.config.num_hidden_layers, {
+            "dataset": self.dataset.name, "examples": len(self.examples), "finished": finished_now(),
+            "dev_how": how, "dev_queries": len(self.dev.queries), "metric": history[0]["dev_metric_name"],
+            "best": top["dev_metric"], "bm25": history[0]["dev_metric"], "selection": selection,
+            "recipe": json.dumps(recipe, indent=2)}))
 
     def _check_significance(self) -> dict | None:
         """Keep best/ only when it beats plain BM25 on the dev queries (a paired one-sided t-test

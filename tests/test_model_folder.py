@@ -1,0 +1,37 @@
+"""A model folder is portable and says what it is: no path of this machine in it, a model card
+(README.md), and a copy elsewhere searches exactly as the original."""
+
+import shutil
+
+from bm25aug.model import OFFLINE_ENCODER
+
+
+def test_a_copied_model_folder_searches_identically_and_carries_its_card(tiny_wp, flat_model, tmp_path):
+    from bm25aug.search import AugmentedSearcher
+
+    _, _, flat = tiny_wp
+    original = tmp_path / "here" / "model"
+    flat_model.save_pretrained(original)
+    texts = {p.name: p.read_text() for p in original.rglob("*") if p.suffix in (".json", ".md", ".txt")}
+    assert not [name for name, text in texts.items() if "site-packages" in text or str(tmp_path) in text]
+    card = (original / "README.md").read_text()
+    assert OFFLINE_ENCODER in card and "flat: Lucene's default English analyzer" in card
+    queries = ["cat on a mat", "big cats and lions", "electric car"]
+    expected = [AugmentedSearcher.from_pretrained(original, flat).search(q, 5) for q in queries]
+    moved = tmp_path / "elsewhere" / "copy"
+    shutil.copytree(original, moved, ignore=shutil.ignore_patterns("onnx"))
+    shutil.rmtree(tmp_path / "here")
+    assert [AugmentedSearcher.from_pretrained(moved, flat).search(q, 5) for q in queries] == expected
+
+
+def test_a_trained_model_card_names_its_recipe_data_and_dev_selection(tiny_wp, tmp_path):
+    from bm25aug.training import TrainConfig, Trainer
+
+    ds, _, flat = tiny_wp
+    config = TrainConfig(dataset="tiny", output_dir=str(tmp_path / "run"), batch_size=4, dev_size=2, negative_depth=3,
+                         threads=1, epochs=1, significance=0)
+    Trainer(config, ds, flat).train()
+    card = (tmp_path / "run" / "best" / "README.md").read_text()
+    assert "Trained on `tiny` (7 training queries)" in card
+    assert "Dev selection on the seeded slice of train (seed 13, 1 queries): ndcg@10" in card
+    assert '"negative_depth": 3' in card and "output_dir" not in card
