@@ -1,4 +1,4 @@
-"""``bm25aug`` command line: index, train, eval, export. ``train.py``/``eval.py`` call into here."""
+"""``bm25aug`` command line: index, train, eval, export, search. ``train.py``/``eval.py`` call into here."""
 
 from __future__ import annotations
 
@@ -121,6 +121,28 @@ def cmd_export(args) -> None:
     print(f"wrote {n} weighted term lists to {args.output}")
 
 
+# --------------------------------------------------------------------------------------- search
+def cmd_search(args) -> None:
+    from bm25aug.batch import make_searcher, print_hits, read_queries, resolve_index
+    from bm25aug.io import check_outputs
+    from bm25aug.search import write_trec_run
+
+    check_outputs({"--output": args.output}, {"--index": Path(args.index) if Path(args.index).exists() else None,
+                                              "--model": args.model, "--queries": args.queries})
+    queries = read_queries(args.queries) if args.queries else None
+    searcher = make_searcher(resolve_index(args.index), args.model, args.tokenizer, args.k1, args.b, args.runtime)
+    if queries is None:
+        print_hits(searcher.search(args.query, args.k or 10))
+        return
+    run = searcher.batch_search(list(queries.values()), list(queries), k=args.k or 1000, threads=args.threads)
+    if args.output:
+        write_trec_run(run, args.output, tag="bm25aug")
+        print(f"wrote {sum(map(len, run.values()))} hits of {len(run)} queries to {args.output}")
+    else:
+        sys.stdout.writelines(f"{qid} Q0 {h.docid} {rank} {h.score:.6f} bm25aug\n"
+                              for qid, hits in run.items() for rank, h in enumerate(hits, 1))
+
+
 # ----------------------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bm25aug", description=__doc__)
@@ -224,6 +246,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="query encoder runtime (default: onnx-int8, as AugmentedSearcher; torch-fp32 is the reference)")
     _data_args(p)
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("search", help="search an index: one query, or a file of queries to a TREC run")
+    p.add_argument("--index", required=True, help="an index folder (bm25aug's, or a stock Pyserini/Anserini one), or "
+                                                  "a Pyserini prebuilt index name (e.g. beir-v1.0.0-scifact.flat)")
+    p.add_argument("--model", help="a bm25aug model folder: augmented search (default: plain BM25)")
+    p.add_argument("--tokenizer", help="plain BM25 on a stock WordPiece index: the tokenizer that built it")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--query", help="one query: its hits are printed (rank, docid, score)")
+    g.add_argument("--queries", help="a file of queries: TSV (qid<TAB>text) or JSONL (_id, text)")
+    p.add_argument("--output", help="with --queries: the TREC run file to write (default: standard output)")
+    p.add_argument("--k", type=int, help="hits per query (default: 10 for --query, 1000 for --queries)")
+    p.add_argument("--k1", type=float, default=0.9, help="BM25 k1 (default 0.9)")
+    p.add_argument("--b", type=float, default=0.4, help="BM25 b (default 0.4)")
+    p.add_argument("--runtime", default="onnx-int8", choices=["onnx-int8", "torch-int8", "torch-fp32"],
+                   help="the model's query encoder runtime (default: onnx-int8)")
+    p.add_argument("--threads", type=int, default=max(1, os.cpu_count() or 1), help="search threads for --queries")
+    p.set_defaults(func=cmd_search)
     return parser
 
 

@@ -201,7 +201,7 @@ def _read_queries_jsonl(path: Path) -> list[tuple[str, str]]:
     return [beir_row(line, f"{path}:{lineno}", ("text",)) for lineno, line in read_lines(path) if line.strip()]
 
 
-def _unique(pairs, where: Path, what: str) -> dict:
+def keep_first(pairs, where: Path, what: str) -> dict:
     """A dict from (id, value) pairs; repeated ids keep their first value, with a warning and a count."""
     out, repeated = {}, 0
     for key, value in pairs:
@@ -255,7 +255,7 @@ def _judged_queries(qrels: dict[str, dict[str, int]], queries: dict[str, str], w
 def _load_beir_split(path: Path, split: str) -> Split:
     qrels = _read_qrels_tsv(path / "qrels" / f"{split}.tsv")
     file = path / "queries.jsonl"
-    queries = _unique(_read_queries_jsonl(file), file, "query")
+    queries = keep_first(_read_queries_jsonl(file), file, "query")
     return _judged_queries(qrels, queries, path / "qrels" / f"{split}.tsv")
 
 
@@ -345,7 +345,7 @@ def _dpr_training_rows(json_file: Path) -> list[dict]:
 def _load_msmarco_split(path: Path, split: str) -> Split:
     qrels = _read_qrels_tsv(path / f"qrels.{split}.tsv", trec=True)
     file = path / f"queries.{split}.tsv"
-    queries = _unique((line.rstrip("\n").partition("\t")[::2] for _, line in read_lines(file)), file, "query")
+    queries = keep_first((line.rstrip("\n").partition("\t")[::2] for _, line in read_lines(file)), file, "query")
     return _judged_queries(qrels, queries, path / f"qrels.{split}.tsv")
 
 

@@ -1,0 +1,84 @@
+"""``bm25aug search``: an index (a folder, or a Pyserini prebuilt name), one query or a file of
+queries, hits printed or written as a TREC run.
+
+Query files are what Pyserini and BEIR users have: TSV (``qid<TAB>text``, Pyserini's topics) or
+JSONL (BEIR's ``queries.jsonl``: ``_id`` and ``text``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from bm25aug.errors import UserError
+from bm25aug.io import read_lines
+
+log = logging.getLogger(__name__)
+
+
+def resolve_index(name_or_path: str) -> Path:
+    """An index folder as given, else a Pyserini prebuilt index name, found through Pyserini's own
+    ``download_prebuilt_index``: from its cache (``~/.cache/pyserini/indexes``, or
+    ``$PYSERINI_CACHE``) when there, else downloaded where the network allows."""
+    path = Path(name_or_path)
+    if path.is_dir():
+        return path
+    from bm25aug.java import start_jvm
+
+    start_jvm()  # before Pyserini, whose own JVM set-up fails on this runtime
+    from pyserini.util import download_prebuilt_index
+
+    try:
+        return Path(download_prebuilt_index(name_or_path, verbose=False))
+    except ValueError as e:
+        if str(e).startswith("Unrecognized index name"):
+            raise UserError(f"--index {name_or_path!r} is neither a folder nor a Pyserini prebuilt index name; "
+                            f"fix: pass an index folder, or a name such as beir-v1.0.0-scifact.flat") from None
+        raise UserError(f"prebuilt index {name_or_path!r} is not in Pyserini's cache and could not be downloaded "
+                        f"({e}); fix: download it where the network allows, or pass an index folder") from None
+    except OSError as e:
+        raise UserError(f"prebuilt index {name_or_path!r} is not in Pyserini's cache and could not be downloaded "
+                        f"({e}); fix: download it where the network allows, or pass an index folder") from None
+
+
+def read_queries(path: str | Path) -> dict[str, str]:
+    """Queries by id from a TSV (``qid<TAB>text``) or JSONL (``_id``, ``text``) file."""
+    from bm25aug.corpus import beir_row
+    from bm25aug.data import keep_first
+    from bm25aug.limits import check_text
+
+    path = Path(path)
+    rows = []
+    for lineno, line in read_lines(path):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        if path.suffix == ".jsonl":
+            rows.append(beir_row(line, where, ("text",)))
+            continue
+        qid, tab, text = line.rstrip("\r\n").partition("\t")
+        if not tab or not qid.strip():
+            raise UserError(f"{where}: expected 'qid<TAB>query text'; fix: repair that line, or use a .jsonl file "
+                            f"of {{\"_id\": ..., \"text\": ...}} objects")
+        rows.append((qid.strip(), text))
+    queries = keep_first(((q, check_text(t, f"{path}: query {q}")) for q, t in rows), path, "query")
+    if not queries:
+        raise UserError(f"{path} holds no queries; fix: add 'qid<TAB>query text' lines")
+    return queries
+
+
+def make_searcher(index: Path, model: str | None, tokenizer: str | None, k1: float, b: float, runtime: str):
+    """``AugmentedSearcher`` with a model, else ``BM25Searcher`` (wp when a tokenizer is named)."""
+    from bm25aug.search import AugmentedSearcher, BM25Searcher
+
+    if model:
+        return AugmentedSearcher.from_pretrained(model, index, k1, b, runtime=runtime)
+    return BM25Searcher(index, k1, b, tokenizer=tokenizer)
+
+
+def print_hits(hits, out=None) -> None:
+    """One line a hit, as Pyserini's examples print them: rank, docid, score."""
+    out = out or sys.stdout
+    for rank, hit in enumerate(hits, 1):
+        out.write(f"{rank:4} {hit.docid} {hit.score:.5f}\n")

@@ -1,0 +1,65 @@
+"""``bm25aug search``: one query printed, a query file to a TREC run, on a bm25aug index, a stock
+Pyserini index and a Pyserini prebuilt index name (placed where Pyserini caches it: offline)."""
+
+import json
+import shutil
+
+import pytest
+
+from bm25aug.cli import main
+from bm25aug.search import AugmentedSearcher, BM25Searcher, read_trec_run
+from test_stock_index import pyserini_index
+
+QUERIES = {"q1": "cat on a mat", "q2": "dog barking", "q3": "big cats lions"}
+
+
+def test_one_query_prints_the_searchers_hits(tiny_wp, capsys):
+    _, _, flat = tiny_wp
+    assert main(["search", "--index", str(flat), "--query", "big cats lions", "--k", "3"]) == 0
+    printed = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert [(r[1], float(r[2])) for r in printed] == [(h.docid, round(h.score, 5)) for h in
+                                                    BM25Searcher(flat).search("big cats lions", 3)]
+
+
+@pytest.mark.parametrize("suffix", [".tsv", ".jsonl"])
+def test_a_query_file_becomes_the_run_of_batch_search(tiny_wp, tmp_path, suffix, flat_model):
+    _, wp, flat = tiny_wp
+    queries = tmp_path / f"queries{suffix}"
+    queries.write_text("".join(f"{q}\t{t}\n" if suffix == ".tsv" else json.dumps({"_id": q, "text": t}) + "\n"
+                               for q, t in QUERIES.items()))
+    flat_model.save_pretrained(tmp_path / "model")
+    stock = pyserini_index(tmp_path / "stock.flat")
+    for index, model, searcher in ((wp, None, BM25Searcher(wp)), (stock, None, BM25Searcher(stock)),
+                                   (flat, tmp_path / "model", AugmentedSearcher.from_pretrained(tmp_path / "model", flat))):
+        out = tmp_path / "run.trec"
+        args = ["search", "--index", str(index), "--queries", str(queries), "--output", str(out), "--k", "5"]
+        assert main(args + (["--model", str(model)] if model else [])) == 0
+        expected = searcher.batch_search(list(QUERIES.values()), list(QUERIES), k=5)
+        assert {q: [h.docid for h in hits] for q, hits in read_trec_run(out).items()} == \
+            {q: [h.docid for h in hits] for q, hits in expected.items()}
+
+
+def test_a_prebuilt_index_name_is_found_in_pyserinis_cache(tmp_path, monkeypatch, capsys):
+    from bm25aug.java import start_jvm
+
+    start_jvm()
+    from pyserini.prebuilt_index_info import TF_INDEX_INFO
+
+    info = TF_INDEX_INFO["beir-v1.0.0-scifact.flat"]
+    name = info["filename"].removesuffix(".tar.gz")
+    placed = tmp_path / "cache" / "indexes" / f"{name}.{info['md5']}"
+    shutil.copytree(pyserini_index(tmp_path / "stock.flat"), placed)  # as if downloaded earlier
+    monkeypatch.setenv("PYSERINI_CACHE", str(tmp_path / "cache"))
+    assert main(["search", "--index", "beir-v1.0.0-scifact.flat", "--query", "cat on a mat", "--k", "2"]) == 0
+    assert capsys.readouterr().out.split()[1] == BM25Searcher(placed).search("cat on a mat", 1)[0].docid
+
+
+def test_search_refuses_to_write_over_its_queries(tiny_wp, tmp_path, capsys):
+    _, _, flat = tiny_wp
+    queries = tmp_path / "q.tsv"
+    queries.write_text("q1\tcat\n")
+    assert main(["search", "--index", str(flat), "--queries", str(queries), "--output", str(queries)]) == 2
+    assert "is --queries" in capsys.readouterr().err and queries.read_text() == "q1\tcat\n"
+    queries.write_text("no tab here\n")
+    assert main(["search", "--index", str(flat), "--queries", str(queries)]) == 2
+    assert "expected 'qid<TAB>query text'" in capsys.readouterr().err
