@@ -179,7 +179,7 @@ def ensure_index(dataset: Dataset, flavor: str, root: str | Path | None = None, 
                             f"`bm25aug index --dataset {dataset.name} --flavor {flavor} --force`")
         if (path / META_FILE).exists() and not force:
             log.warning("%s was built from another version of the corpus, or without what it needs now "
-                        "(flat: document vectors); rebuilding", path)
+                        "(flat: document vectors; wp: its tokenizer's normalization); rebuilding", path)
         return build_index(dataset, flavor, path, threads=threads, tokenizer=tokenizer, fingerprint=fingerprint,
                            force=force)
 

@@ -251,25 +251,26 @@ class LuceneIndex:
     # ----------------------------------------------------------------------------------- search
     def _top(self, query, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Lucene's top n by score (ties: lower Lucene doc first), as arrays."""
-        from jnius import JavaException
-
         # pyjnius passes the varargs of invokeWithArguments as separate arguments: no argument list to build.
         args = (self.searcher, query, self.j.integer(n))
         with JNI_LOCK:
             # The first call resolves the classes it returns; keep that under the lock too.
-            try:
-                pairs = None if self.j.search_warm else self.j.search.invokeWithArguments(*args)
-            except JavaException as e:
-                raise search_error(self.path, e) from None
+            pairs = None if self.j.search_warm else self._invoke(args)
             self.j.search_warm = True
         if pairs is None:
-            try:
-                pairs = self.j.search.invokeWithArguments(*args)
-            except JavaException as e:
-                raise search_error(self.path, e) from None
+            pairs = self._invoke(args)
         # ByteArray.tostring() copies pyjnius's buffer in one go; bytes(pairs) iterates it element by element.
         pairs = np.frombuffer(pairs.tostring(), dtype=_PAIRS)
         return pairs["doc"].astype(np.int64), pairs["score"].astype(np.float32)
+
+    def _invoke(self, args):
+        """The packed search handle, a refused search as one error line (``search_error``)."""
+        from jnius import JavaException
+
+        try:
+            return self.j.search.invokeWithArguments(*args)
+        except JavaException as e:
+            raise search_error(self.path, e) from None
 
     def search(self, query, k: int) -> TopK:
         """Top k exactly as Anserini returns them: ties at the k-th place go to the smaller
