@@ -89,6 +89,9 @@ def cmd_eval(args) -> None:
                         companions=args.companions, aug_gate=args.aug_gate)
     check_outputs({"--output": args.output, "--json-out": args.json_out}, inputs(config, args.run))
     if args.run:
+        if args.output:
+            raise UserError("--output writes the run of a search, and --run scores a run without searching; "
+                            "fix: drop --output (--json-out writes the metrics)")
         metrics = score_run(config, args.run)
         print(format_table({Path(args.run).name: metrics}))
         if args.json_out:
@@ -115,7 +118,7 @@ def cmd_export(args) -> None:
     dataset = load_dataset(args.dataset, args.data_dir)
     checkpoint = resolve_checkpoint(args.checkpoint, dataset.name, False)
     check_outputs({"--output": args.output}, {"the dataset": dataset.path, "--checkpoint": checkpoint})
-    split = dataset.split(args.split or dataset.spec.eval_split)
+    split = dataset.split(dataset.spec.eval_split if args.split is None else args.split)
     model = load_encoder(checkpoint, args.runtime)
     n = export_term_lists(model, split.queries, args.output, top_k=args.top_k, threshold=args.threshold)
     print(f"wrote {n} weighted term lists to {args.output}")

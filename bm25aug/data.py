@@ -249,6 +249,12 @@ def _judged_queries(qrels: dict[str, dict[str, int]], queries: dict[str, str], w
         log.warning("%s: %d judged queries are not in the queries file (e.g. %s); they are not evaluated",
                     where, len(missing), missing[0])
     texts = {q: check_text(queries[q], f"{where}: query {q}") for q in qrels if q in queries}
+    if not texts:
+        raise UserError(f"{where}: none of its {len(qrels)} judged queries is in the queries file; fix: check that "
+                        f"the qrels and the queries belong together")
+    if empty := [q for q, t in texts.items() if not t.strip()]:
+        log.warning("%s: %d judged queries have no text (e.g. %s); they have no hits and score 0", where, len(empty),
+                    empty[0])
     return Split(texts, {q: r for q, r in qrels.items() if q in queries})
 
 
@@ -318,7 +324,8 @@ def _dpr_training_rows(json_file: Path) -> list[dict]:
 
     stat = json_file.stat()
     key = source_key("dpr-training-rows", str(json_file.resolve()), stat.st_size, stat.st_mtime_ns)
-    cache = CACHE_ROOT / "dpr" / f"{json_file.stem}.{key[:24]}.jsonl"
+    # One cache file per source file: a changed source is cached again in its place, not beside it.
+    cache = CACHE_ROOT / "dpr" / f"{json_file.stem}.{source_key(str(json_file.resolve()))[:24]}.jsonl"
     if not derived_ok(cache, key):
         import ijson
 
@@ -328,7 +335,10 @@ def _dpr_training_rows(json_file: Path) -> list[dict]:
 
         try:
             with open(json_file, "rb") as f, atomic_open(cache, "w") as out:
-                for row in progress(ijson.items(f, "item", use_float=True), desc=f"read {json_file.name}", unit="q"):
+                for i, row in enumerate(progress(ijson.items(f, "item", use_float=True), desc=f"read {json_file.name}",
+                                                 unit="q")):
+                    if not isinstance(row.get("question"), str):
+                        raise UserError(f"{json_file}: question {i} is not a string; fix: repair that entry")
                     out.write(json.dumps({"q": row["question"], "a": [str(a) for a in row.get("answers", [])],
                                           "pos": ids(row.get("positive_ctxs")),
                                           "neg": ids(row.get("hard_negative_ctxs"))}) + "\n")

@@ -134,13 +134,11 @@ class EvalResult:
 
 def index_flavor(method: Method, checkpoint: Path | None) -> str:
     """The index flavor ``method`` searches (for augmented: the one its checkpoint was trained for)."""
-    import json
-
-    from bm25aug.model import CONFIG_NAME
+    from bm25aug.model import AugmenterConfig
 
     if method.flavor != "target":
         return method.flavor
-    return json.loads((checkpoint / CONFIG_NAME).read_text()).get("target", "wp")
+    return AugmenterConfig.load(checkpoint).target
 
 
 def resolve_checkpoint(path: str | None, dataset_name: str, transfer: bool) -> Path:
@@ -231,7 +229,7 @@ def evaluate(config: EvalConfig) -> EvalResult:
         raise UserError(f"unknown method {config.method!r}; fix: use one of {', '.join(METHODS)}")
     torch.set_num_threads(1)  # latency is per query, single thread, model included
     dataset = load_dataset(config.dataset, config.data_dir)
-    split_name = config.split or dataset.spec.eval_split
+    split_name = dataset.spec.eval_split if config.split is None else config.split
     split = dataset.split(split_name)
     method = METHODS[config.method]
     checkpoint = resolve_checkpoint(config.checkpoint, dataset.name, config.transfer) if method.needs_checkpoint else None
@@ -255,7 +253,7 @@ def score_run(config: EvalConfig, run_file: str | Path) -> dict:
     from bm25aug.search import read_trec_run
 
     dataset = load_dataset(config.dataset, config.data_dir)
-    split_name = config.split or dataset.spec.eval_split
+    split_name = dataset.spec.eval_split if config.split is None else config.split
     split = dataset.split(split_name)
     run = read_trec_run(run_file)
     if not any(run.values()):
@@ -263,6 +261,9 @@ def score_run(config: EvalConfig, run_file: str | Path) -> dict:
     if not any(q in split.queries for q in run):
         raise UserError(f"none of the {len(run)} queries of {run_file} is a query of {dataset.name}/{split_name} "
                         f"(e.g. {next(iter(run))!r}); fix: pass the --dataset and --split the run was made for")
+    if missing := sum(1 for q in split.queries if not run.get(q)):
+        log.warning("%s has no hits for %d of the %d queries of %s/%s; they score 0", run_file, missing,
+                    len(split.queries), dataset.name, split_name)
     if dataset.spec.remove_query if config.remove_query is None else config.remove_query:
         run = drop_query_hits(run)
     return evaluate_split(run, split, dataset.corpus)
@@ -284,7 +285,9 @@ def inputs(config: EvalConfig, run_file: str | Path | None = None) -> dict[str, 
     found = {"the dataset": dataset.path, "--index": Path(config.index) if config.index else None,
              "--checkpoint": Path(config.checkpoint) if config.checkpoint else None, "the model": model,
              "--run": Path(run_file) if run_file else None}
-    found.update({f"the {flavor} index": index_path(dataset.name, flavor, config.index_root) for flavor in FLAVORS})
+    for flavor in FLAVORS:
+        path = index_path(dataset.name, flavor, config.index_root)
+        found.update({f"the {flavor} index": path, f"the {flavor} index's lock": path.parent / f".{path.name}.lock"})
     return found
 
 

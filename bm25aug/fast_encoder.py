@@ -71,8 +71,8 @@ def export_onnx(model: QueryAugmenter, folder: Path, source: str) -> Path:
     from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
 
-    # The folder is bm25aug's own (inside a checkpoint, or in the cache): whatever is there is replaced.
-    with atomic_dir(folder, None) as tmp:
+    # An earlier export (its record, or an older release's source.json) is replaced; a folder of anything else is not.
+    with atomic_dir(folder, (f"{ONNX_FILE}.source.json", "source.json"), what="an ONNX export of bm25aug") as tmp:
         sample = model.tokenize(["an example query for tracing"])
         # Plain (eager) attention traces to MatMuls that int8 quantization covers; SDPA does not.
         saved, model.encoder.config._attn_implementation = model.encoder.config._attn_implementation, "eager"

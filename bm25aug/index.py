@@ -28,7 +28,7 @@ from bm25aug.data import Dataset
 from filelock import FileLock
 
 from bm25aug.errors import UserError
-from bm25aug.io import atomic_dir, clean_stale, digest, temp_sibling, write_json
+from bm25aug.io import atomic_dir, check_outputs, clean_stale, digest, temp_sibling, write_json
 from bm25aug.java import JNI_LOCK, interruptible, jclass
 from bm25aug.lucene import DOCIDS_FILE, FIELD, open_reader, write_docids
 from bm25aug.pretokenize import tokenized_batches
@@ -60,18 +60,24 @@ class IndexMeta:
     normalization: str | None = None  # wp: how the tokenizer lowercases and splits (tokenization.normalization)
 
     @classmethod
-    def load(cls, index_dir: str | Path, tokenizer=None, flavor: str | None = None) -> "IndexMeta":
+    def load(cls, index_dir: str | Path, tokenizer=None, flavor: str | None = None, probe: bool = True) -> "IndexMeta":
         """The index's ``meta.json``. A stock Lucene index has none (Pyserini's prebuilt indexes,
         ``python -m pyserini.index.lucene``): it is ``flavor``, else ``wp`` when the caller names the
-        tokenizer it was built with, else ``flat``, and its own terms must not say otherwise
-        (``probe_terms``)."""
+        tokenizer it was built with, else ``flat``. Either way its own terms must not say otherwise
+        (``probe_terms``; ``probe=False`` skips that, for a caller that only reads the record)."""
         path = Path(index_dir) / META_FILE
         if path.exists():
             try:
-                return cls(**json.loads(path.read_text(encoding="utf-8")))
+                meta = cls(**json.loads(path.read_text(encoding="utf-8")))
             except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as e:
                 raise UserError(f"{path} is not a valid index description ({type(e).__name__}); fix: rebuild the "
                                 f"index with `bm25aug index --dataset NAME --force`") from None
+            if meta.flavor not in FLAVORS:
+                raise UserError(f"{path} names an unknown flavor {meta.flavor!r}; fix: rebuild the index with "
+                                f"`bm25aug index --dataset NAME --force`")
+            if probe:
+                _check_terms(Path(index_dir), meta.flavor, tokenizer, stock=False)
+            return meta
         if not (Path(index_dir).is_dir() and any(Path(index_dir).glob("segments_*"))):
             raise UserError(f"{index_dir} is not a Lucene index (no segments_* file); "
                             f"fix: build it with `bm25aug index --dataset NAME --flavor wp|flat`")
@@ -85,7 +91,7 @@ class IndexMeta:
                                 f"index needs its tokenizer; fix: pass --tokenizer NAME (e.g. bert-base-uncased)")
             meta.tokenizer, meta.vocab_hash = tokenizer_name(tokenizer), vocab_hash(tokenizer)
             meta.normalization = normalization(tokenizer)
-        _check_stock_terms(Path(index_dir), flavor, tokenizer)
+        _check_terms(Path(index_dir), flavor, tokenizer, stock=True)
         return meta
 
 
@@ -95,9 +101,9 @@ _WARNED_UNKNOWN: set[str] = set()
 def probe_terms(index_dir: Path) -> dict[str, bool]:
     """What an index's own term dictionary says about its analysis: WordPiece continuation pieces
     (``##``), stopwords (a flat index drops them), upper-case terms (a lowercasing analyzer has none)."""
+    reader = open_reader(index_dir)  # first: it starts the JVM, which importing jnius would not do right
     from jnius import cast
 
-    reader = open_reader(index_dir)
     try:
         with JNI_LOCK:
             terms = jclass("org.apache.lucene.index.MultiTerms").getTerms(
@@ -118,21 +124,26 @@ def probe_terms(index_dir: Path) -> dict[str, bool]:
             reader.close()
 
 
-def _check_stock_terms(index_dir: Path, flavor: str, tokenizer) -> None:
-    """A stock index searched as the wrong flavor, or with a tokenizer of the wrong casing, matches
-    the wrong terms without an error; its terms tell, where they can."""
+def _check_terms(index_dir: Path, flavor: str, tokenizer, stock: bool) -> None:
+    """An index searched as the wrong flavor, or with a tokenizer of the wrong casing, matches the
+    wrong terms without an error; its terms tell, where they can. ``##`` pieces are proof of a wp
+    index; no stopwords and no pieces only suggest a flat one (a tiny wp corpus may have neither),
+    so for an index with bm25aug's meta.json that is a warning."""
     probe = probe_terms(index_dir)
     if flavor == "flat" and probe["pieces"]:
         raise UserError(f"{index_dir} holds WordPiece pieces (## terms), so it is a wp index, not flat; fix: pass "
                         f"--tokenizer NAME (the tokenizer that built it), or use a flat model or index")
     if flavor == "wp" and not probe["pieces"] and not probe["stopwords"]:
-        raise UserError(f"{index_dir} has no WordPiece pieces and no stopwords, as Lucene's English analyzer "
-                        f"(flat) writes; fix: search it as flat (drop --tokenizer), or use a flat-target model")
-    if flavor == "wp" and probe["pieces"] and probe["upper"] == lowercases(tokenizer):
+        message = (f"{index_dir} has no WordPiece pieces and no stopwords, as Lucene's English analyzer (flat) "
+                   f"writes")
+        if stock:
+            raise UserError(f"{message}; fix: search it as flat (drop --tokenizer), or use a flat-target model")
+        log.warning("%s; its meta.json says wp", message)
+    if tokenizer is not None and flavor == "wp" and probe["pieces"] and probe["upper"] == lowercases(tokenizer):
         case = "lowercases" if lowercases(tokenizer) else "keeps case"
         raise UserError(f"{index_dir} has {'upper-case' if probe['upper'] else 'no upper-case'} terms but the "
                         f"tokenizer {case}; fix: pass the tokenizer the index was built with")
-    if flavor == "flat" and probe["stopwords"] and str(index_dir) not in _WARNED_UNKNOWN:
+    if stock and flavor == "flat" and probe["stopwords"] and str(index_dir) not in _WARNED_UNKNOWN:
         _WARNED_UNKNOWN.add(str(index_dir))
         log.warning("%s has stopwords, which Lucene's English analyzer (flat) drops; bm25aug cannot tell how it "
                     "was analyzed and searches it as flat", index_dir)
@@ -152,7 +163,7 @@ def _is_current(path: Path, fingerprint: str) -> bool:
     vectors for RM3/Rocchio, which older builds lack)."""
     if not (path / META_FILE).exists():
         return False
-    meta = IndexMeta.load(path)
+    meta = IndexMeta.load(path, probe=False)
     needs = meta.docvectors if meta.flavor == "flat" else meta.normalization is not None
     return meta.corpus_fingerprint == fingerprint and needs
 
@@ -164,7 +175,10 @@ def ensure_index(dataset: Dataset, flavor: str, root: str | Path | None = None, 
     A folder at that path that bm25aug did not write (no ``meta.json``) is never touched: that is
     an error unless ``force``. Two processes asking for the same index take turns on a file lock;
     the second one reuses what the first built."""
+    if flavor not in FLAVORS:
+        raise UserError(f"unknown index flavor {flavor!r}; fix: use one of {', '.join(FLAVORS)}")
     path = index_path(dataset.name, flavor, root)
+    check_outputs({"the index": path}, {"the dataset": dataset.path}, folders=("the index",))
     fingerprint = corpus_fingerprint(dataset)
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale(path)  # temporaries of a killed build, also when the index it left is reused
@@ -286,7 +300,7 @@ def verify_index(index_dir: str | Path, dataset: Dataset, docids) -> None:
     fix = (f"pass the index built from {dataset.name}'s corpus, or leave out --index to use (or build) "
            f"`bm25aug index --dataset {dataset.name}`")
     if (Path(index_dir) / META_FILE).exists():
-        meta = IndexMeta.load(index_dir)
+        meta = IndexMeta.load(index_dir, probe=False)  # searched already: its terms were checked
         if meta.corpus_fingerprint != corpus_fingerprint(dataset):
             source = (f"dataset {meta.dataset!r}" if meta.dataset != dataset.name
                       else f"another version of {dataset.name}'s corpus")

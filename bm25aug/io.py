@@ -67,16 +67,17 @@ def clean_stale(path: Path) -> int:
     return removed
 
 
-def check_replaceable(path: Path, marker: str | None, what: str, fix: str) -> None:
-    """Refuse to replace a folder that bm25aug did not write (no ``marker``) and is not empty;
-    ``marker=None`` (a user's explicit ``--force``) replaces any folder."""
-    if not path.exists() or (marker is None and path.is_dir()):
+def check_replaceable(path: Path, marker: str | tuple[str, ...] | None, what: str, fix: str) -> None:
+    """Refuse to replace a folder that bm25aug did not write (none of the ``marker`` files) and is
+    not empty; ``marker=None`` (a user's explicit ``--force``) replaces any folder."""
+    if not path.exists() or (marker is None and path.is_dir() and not path.is_symlink()):
         return
-    if not path.is_dir():
+    if not path.is_dir() or path.is_symlink():
         raise UserError(f"{path} exists and is not a folder; bm25aug will not replace it; fix: {fix}")
-    if (path / marker).exists() or not any(path.iterdir()):
+    markers = (marker,) if isinstance(marker, str) else marker
+    if any((path / m).exists() for m in markers) or not any(path.iterdir()):
         return
-    raise UserError(f"{path} exists but is not {what} (no {marker}); bm25aug will not delete it; fix: {fix}")
+    raise UserError(f"{path} exists but is not {what} (no {markers[0]}); bm25aug will not delete it; fix: {fix}")
 
 
 LOCK_FILE = ".lock"
@@ -123,7 +124,7 @@ def claim_folder(path: str | Path, marker: str, what: str, option: str,
 
 
 @contextmanager
-def atomic_dir(path: str | Path, marker: str | None, what: str = "a bm25aug folder",
+def atomic_dir(path: str | Path, marker: str | tuple[str, ...] | None, what: str = "a bm25aug folder",
                fix: str = "choose another path, or move that folder away") -> Iterator[Path]:
     """Yield a temporary sibling folder; on success it takes the place of ``path`` in one rename.
     ``path`` may already exist only as a folder holding ``marker`` (one that bm25aug wrote)."""
@@ -151,7 +152,12 @@ def atomic_open(path: str | Path, mode: str = "wb") -> Iterator[IO]:
     """A file opened under a temporary sibling name, renamed to ``path`` when the block ends
     without error, removed when it does not (a stale one of a killed process is removed by the
     next write of that name)."""
-    path = Path(path)
+    path = Path(os.path.realpath(path))  # a symbolic link: its target is written, the link stays
+    if path.exists() and not path.is_file() and not path.is_dir():
+        # A device, a FIFO or a terminal (/dev/null, /dev/stdout): written into, never replaced.
+        with open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            yield f
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale(path)
     tmp = temp_sibling(path, "tmp")
@@ -220,6 +226,9 @@ def check_outputs(outputs: dict[str, str | Path | None], inputs: dict[str, str |
             if source and _same_or_inside(path, Path(source)):
                 where = "is" if path.resolve() == Path(source).resolve() else "lies inside"
                 raise UserError(f"{option} {path} {where} {what} ({source}), which this command reads; "
+                                f"fix: write the output somewhere else")
+            if source and option in folders and _same_or_inside(Path(source), path):
+                raise UserError(f"{option} {path} holds {what} ({source}), which this command reads; "
                                 f"fix: write the output somewhere else")
     options = list(given)
     for i, first in enumerate(options):

@@ -116,6 +116,8 @@ def check_all(settings) -> None:
 def check_text(text: str, what: str) -> str:
     """``text`` unless Java and the tokenizers cannot take it: a lone UTF-16 surrogate (JSON's
     ``"\\ud800"`` decodes to one) is not valid Unicode, and pyjnius fails on it."""
+    if not isinstance(text, str):
+        raise UserError(f"{what} is a {type(text).__name__}, not text; fix: make it a string")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:

@@ -279,7 +279,7 @@ class LuceneIndex:
         check("k", k)
         if not self.num_docs:
             return EMPTY
-        n = min(k + TIE_MARGIN, self.num_docs)
+        n = int(min(k + TIE_MARGIN, self.num_docs))
         while True:
             docs, raw = self._top(query, n)
             if len(docs) < n or len(docs) <= k or raw[k - 1] > raw[-1] or n == self.num_docs:
@@ -292,6 +292,7 @@ class LuceneIndex:
 def open_reader(index_dir: str | Path):
     """A Lucene ``DirectoryReader`` over the index folder (close it when done). Lucene checks each
     file's footer as it opens it, so a truncated or damaged index is one error line here."""
+    java()  # starts the JVM with Anserini's classpath, which importing jnius first would not
     from jnius import JavaException
 
     try:

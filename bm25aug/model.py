@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -82,6 +82,23 @@ class AugmenterConfig:
         for name, value, known in (("pooling", self.pooling, POOLINGS), ("target", self.target, TARGETS)):
             if value not in known:
                 raise UserError(f"unknown {name} {value!r}; fix: use one of {', '.join(known)}")
+        for f in fields(self):  # a JSON "no" for a flag was read as True
+            value = getattr(self, f.name)
+            if isinstance(f.default, (bool, str)) and type(value) is not type(f.default):
+                kind = "true or false" if isinstance(f.default, bool) else "a quoted string"
+                raise UserError(f"{f.name} must be {kind}, not {value!r}; fix: write it as {kind}")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "AugmenterConfig":
+        """A model folder's config, checked: an unreadable or hand-broken one is one error line."""
+        file = Path(path) / CONFIG_NAME
+        try:
+            return cls(**json.loads(file.read_text(encoding="utf-8")))
+        except UserError as e:
+            raise UserError(f"{file}: {e}") from None
+        except (json.JSONDecodeError, TypeError, UnicodeDecodeError, OSError) as e:
+            raise UserError(f"{file} is not a bm25aug model config ({type(e).__name__}: {str(e)[:120]}); "
+                            f"fix: restore it from the run's other checkpoint (best/ or last/), or retrain") from None
 
 
 @dataclass
@@ -220,7 +237,7 @@ class QueryAugmenter(nn.Module):
 
     def _states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The last layer's states (what w reads) and ``aug_layer``'s (what a(q) reads)."""
-        last = self.config.aug_layer == -1
+        last = self.config.aug_layer in (-1, self.encoder.config.num_hidden_layers)  # the last layer either way
         states = self.encoder(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=not last)
         return states.last_hidden_state, states.last_hidden_state if last else states.hidden_states[self.config.aug_layer]
 
@@ -303,13 +320,7 @@ class QueryAugmenter(nn.Module):
         if not (path / TOKENIZER_NAME).exists():
             raise UserError(f"checkpoint {path} has no {TOKENIZER_NAME}; fix: copy it back from the run's other "
                             f"checkpoint (best/ or last/), or save the model again with save_pretrained")
-        try:
-            config = AugmenterConfig(**json.loads((path / CONFIG_NAME).read_text()))
-        except UserError as e:
-            raise UserError(f"{path / CONFIG_NAME}: {e}") from None
-        except (json.JSONDecodeError, TypeError, UnicodeDecodeError, OSError) as e:
-            raise UserError(f"{path / CONFIG_NAME} is not a bm25aug model config ({type(e).__name__}: {str(e)[:120]}); "
-                            f"fix: restore it from the run's other checkpoint (best/ or last/), or retrain") from None
+        config = AugmenterConfig.load(path)
         try:
             encoder = AutoModel.from_config(AutoConfig.from_pretrained(path / "encoder"))
             model = cls(config, encoder, AutoTokenizer.from_pretrained(path, use_fast=True))
@@ -317,4 +328,8 @@ class QueryAugmenter(nn.Module):
         except (SafetensorError, json.JSONDecodeError, TypeError, RuntimeError, OSError, ValueError) as e:
             raise UserError(f"checkpoint {path} is corrupt or incomplete ({type(e).__name__}: {str(e)[:120]}); "
                             f"fix: retrain, or resume with `python train.py --resume`") from None
+        depth = model.encoder.config.num_hidden_layers
+        if not -1 <= config.aug_layer <= depth:
+            raise UserError(f"{path / CONFIG_NAME}: aug_layer {config.aug_layer}, but the encoder has {depth} layers; "
+                            f"fix: set it from 0 to {depth}, or -1 (the last layer)")
         return model.eval()

@@ -88,6 +88,7 @@ class BM25Searcher:
 
     def search_terms_arrays(self, terms: dict[str, float], k: int = 1000) -> TopK:
         """Search a weighted term list ``{token: boost}``; an empty list has no hits."""
+        check_terms(terms)
         if not any(w > 0 for w in terms.values()):
             return EMPTY
         return self.index.search(self.index.weighted_query(terms), k)
@@ -109,6 +110,15 @@ class BM25Searcher:
     def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, threads: int = 1) -> dict[str, list[Hit]]:
         """Search many queries on ``threads`` threads; the result equals searching one by one."""
         return parallel_map(lambda q: self.search(q, k), queries, qids, threads)
+
+
+def check_terms(terms: dict[str, float]) -> None:
+    """A weighted term list as ``search_terms`` takes it: non-empty string terms, finite weights."""
+    for term, weight in terms.items():
+        if not isinstance(term, str) or not term:
+            raise UserError(f"term {term!r} is not a non-empty string; fix: pass {{term: weight}} with string terms")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float, np.floating)) or not np.isfinite(weight):
+            raise UserError(f"the weight of {term!r} is {weight!r}; fix: pass a finite number")
 
 
 def to_hits(docids: np.ndarray, top: TopK) -> list[Hit]:

@@ -80,7 +80,7 @@ class TorchBM25:
         # A wp index is pre-tokenized: a document's stored raw text is its terms. A stock index
         # (no meta.json) is taken as wp when it is scored over a WordPiece vocabulary.
         has_meta = (self.index.path / META_FILE).exists()
-        wp = IndexMeta.load(self.index.path).flavor == "wp" if has_meta else vocab is not None
+        wp = IndexMeta.load(self.index.path, probe=False).flavor == "wp" if has_meta else vocab is not None
         self.reader = DocTermReader(self.index, pretokenized=wp)
         terms, doc_freq = term_dictionary(self.index)
         vocab = vocab if vocab is not None else {t: i for i, t in enumerate(terms)}

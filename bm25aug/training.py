@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import math
+import pickle
 import random
 from collections import Counter
 from io import BytesIO
@@ -252,6 +253,7 @@ class Trainer:
                                                    "the teacher": config.teacher, "--encoder": encoder},
                       folders=("--output-dir",))
         refuse_foreign(self.out, RUN_MARKER, "--output-dir", _earlier_run)  # before a minute of loading
+        _refuse_finished(self.out, resume)
         self.teacher = self._teacher()
         self.resume = resume
         _seed_everything(config.seed)
@@ -330,9 +332,6 @@ class Trainer:
 
     def _check_output_dir(self, resume: bool) -> None:
         saved = self.out / "config.json"
-        if saved.exists() and not resume and (self.out / "last").exists():
-            raise UserError(f"{self.out} already holds a training run; fix: pass --resume to continue it "
-                            f"or choose another --output-dir")
         if resume and saved.exists():
             old = json.loads(saved.read_text())
             # A setting the saved run predates had the value of its day (the paper's wp target, no
@@ -618,7 +617,11 @@ class Trainer:
             log.info("no checkpoint in %s; starting from scratch", self.out)
             self.resume = False
             return _fresh_state()
-        saved = torch.load(path, weights_only=False, map_location=self.device)
+        try:
+            saved = torch.load(path, weights_only=False, map_location=self.device)
+        except (RuntimeError, OSError, EOFError, ValueError, pickle.UnpicklingError) as e:
+            raise UserError(f"{path} is damaged ({type(e).__name__}); fix: rerun without --resume into a new "
+                            f"--output-dir, or restore last/ from a copy") from None
         self.optimizer.load_state_dict(saved["optimizer"])
         self.scheduler.load_state_dict(saved["scheduler"])
         torch.set_rng_state(saved["torch_rng"])
@@ -683,6 +686,18 @@ def calibrate_gate(model: QueryAugmenter, queries: list[str], quantile: float) -
 def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A batch tensor on ``device``: through pinned memory, asynchronously, for CUDA."""
     return tensor.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else tensor
+
+
+def _refuse_finished(out: Path, resume: bool) -> None:
+    """A run folder with a model in it (best/ or last/) is continued with --resume, never trained
+    over; without last/ it cannot be continued, and training again would replace best/."""
+    finished = [name for name in ("best", "last") if (out / name).exists()]
+    if finished and not resume:
+        raise UserError(f"{out} already holds a training run ({' and '.join(finished)}/); fix: pass --resume "
+                        f"to continue it, or choose another --output-dir")
+    if resume and finished and not (out / "last" / "trainer_state.pt").exists():
+        raise UserError(f"{out} holds best/ but no last/ to resume from, and training again would replace "
+                        f"best/; fix: choose another --output-dir")
 
 
 def _earlier_run(folder: Path) -> bool:

@@ -84,6 +84,43 @@ def test_training_refuses_a_folder_of_the_users_files(tiny_wp, tmp_path):
         Trainer(tiny_train_config(ds.path / "run"), ds, flat)
 
 
+def test_a_device_a_link_or_a_fifo_given_as_output_is_written_into_not_replaced(tmp_path):
+    import threading
+
+    from bm25aug.io import write_json
+
+    link = tmp_path / "null"
+    link.symlink_to("/dev/null")
+    write_json(link, {"ndcg@10": 1.0})
+    assert link.is_symlink() and Path("/dev/null").is_char_device()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    write_json(fifo, {"a": 1})
+    reader.join(10)
+    assert json.loads(got[0]) == {"a": 1} and fifo.is_fifo()
+
+
+def test_an_onnx_folder_of_the_users_files_is_not_replaced(offline_model, tmp_path):
+    from bm25aug.fast_encoder import load_encoder
+
+    offline_model.save_pretrained(tmp_path / "ckpt")
+    (tmp_path / "ckpt" / "onnx").mkdir()
+    (tmp_path / "ckpt" / "onnx" / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match="is not an ONNX export of bm25aug"):
+        load_encoder(tmp_path / "ckpt")
+    assert (tmp_path / "ckpt" / "onnx" / "notes.txt").read_text() == "mine"
+
+
+def test_an_index_is_never_built_inside_the_dataset(tmp_path):
+    root = write_beir(tmp_path / "tiny")
+    with pytest.raises(UserError, match="lies inside the dataset"):
+        ensure_index(load_dataset(str(root)), "flat", root)
+    assert sorted(p.name for p in root.iterdir()) == ["corpus.jsonl", "qrels", "queries.jsonl"]
+
+
 # ----------------------------------------------------------------------------------------- 2. qrels grades
 @pytest.mark.parametrize("grade", ["2147483648", "4294967296", "-5000"])
 def test_qrels_grades_out_of_range_are_one_line_errors(tmp_path, grade):
@@ -157,7 +194,7 @@ def test_a_wp_index_refuses_a_tokenizer_with_other_casing(tiny_wp):
     from bm25aug.search import BM25Searcher
 
     _, wp, _ = tiny_wp
-    with pytest.raises(UserError, match="normalizes text differently"):
+    with pytest.raises(UserError, match="normalizes text differently|tokenizer keeps case"):
         BM25Searcher(wp, tokenizer=_cased_copy())
 
 
@@ -245,6 +282,43 @@ def test_a_training_folder_is_claimed_and_settings_checked_before_writing(tmp_pa
     assert {len(e.negatives) for e in second.examples} == {1}  # mined again for the new settings
     second.train()
     assert (tmp_path / "run" / "best" / "bm25aug_config.json").exists()
+    state = tmp_path / "run" / "last" / "trainer_state.pt"
+    state.write_bytes(state.read_bytes()[:5000])
+    with pytest.raises(UserError, match="trainer_state.pt is damaged"):
+        Trainer(tiny_train_config(tmp_path / "run", epochs=2, negative_depth=1), ds, flat, resume=True).train()
+    shutil.rmtree(tmp_path / "run" / "last")  # to save disk, say; best/ is what is left
+    weights = (tmp_path / "run" / "best" / "model.safetensors").read_bytes()
+    with pytest.raises(UserError, match="already holds a training run"):
+        Trainer(tiny_train_config(tmp_path / "run"), ds, flat)
+    with pytest.raises(UserError, match="no last/ to resume from"):
+        Trainer(tiny_train_config(tmp_path / "run"), ds, flat, resume=True)
+    with pytest.raises(UserError, match="holds the teacher"):
+        Trainer(tiny_train_config(tmp_path / "run2", teacher=str(tmp_path / "run2" / "best")), ds, flat)
+    assert (tmp_path / "run" / "best" / "model.safetensors").read_bytes() == weights
+
+
+def test_a_broken_model_config_is_one_line_before_any_index_is_touched(tiny_beir, offline_model, tmp_path):
+    from bm25aug.experiment import EvalConfig, evaluate
+
+    offline_model.save_pretrained(tmp_path / "ckpt")
+    config = tmp_path / "ckpt" / "bm25aug_config.json"
+    for text, message in (("{not json", "is not a bm25aug model config"), ('{"target": "x/../.."}', "unknown target")):
+        config.write_text(text)
+        with pytest.raises(UserError, match=message):
+            evaluate(EvalConfig(dataset=str(tiny_beir), method="augmented", checkpoint=str(tmp_path / "ckpt"),
+                                index_root=str(tmp_path / "idx")))
+    assert not (tmp_path / "idx").exists()
+
+
+def test_the_layer_a_is_pooled_from_may_be_the_last_of_a_cut_encoder(tmp_path):
+    from bm25aug.model import QueryAugmenter
+
+    model = QueryAugmenter.from_encoder(layers=0, aug_layer=0)
+    assert "cats" in model.encode(["cats and dogs"])[0]
+    model.config.aug_layer = 5
+    model.save_pretrained(tmp_path / "ckpt")
+    with pytest.raises(UserError, match="aug_layer 5, but the encoder has 0 layers"):
+        QueryAugmenter.from_pretrained(tmp_path / "ckpt")
 
 
 # -------------------------------------------------------------------------------------- 6. metric semantics
@@ -263,6 +337,31 @@ def test_a_scored_run_file_is_treated_as_a_searched_run(tmp_path):
     run.write_text("z1 Q0 d1 1 9.0 x\n")
     with pytest.raises(UserError, match="none of the 1 queries"):
         score_run(EvalConfig(dataset=str(root)), run)
+    with pytest.raises(UserError, match="has no split ''"):
+        score_run(EvalConfig(dataset=str(root), split=""), run)
+
+
+def test_partial_runs_and_empty_queries_are_warned(tmp_path, caplog):
+    from bm25aug.experiment import EvalConfig, score_run
+
+    root = write_beir(tmp_path / "tiny", queries={"q1": "cat on a mat", "q2": "  "})
+    run = tmp_path / "run.trec"
+    run.write_text("q1 Q0 d1 1 9.0 x\n")
+    assert score_run(EvalConfig(dataset=str(root)), run)["num_queries"] == 2
+    assert "1 judged queries have no text" in caplog.text and "no hits for 1 of the 2 queries" in caplog.text
+    (root / "queries.jsonl").write_text("")
+    with pytest.raises(UserError, match="none of its 2 judged queries is in the queries file"):
+        load_dataset(str(root)).split("test")
+
+
+def test_a_dpr_question_that_is_not_text_names_its_entry(tmp_path):
+    root = tmp_path / "qa"
+    root.mkdir()
+    (root / "passages.tsv").write_text("id\ttext\ttitle\n1\tDenver won\tBroncos\n")
+    (root / "train.json").write_text(json.dumps([{"question": 7, "answers": ["Denver"],
+                                                  "positive_ctxs": [{"passage_id": "1"}]}]))
+    with pytest.raises(UserError, match="train.json: question 0 is not a string"):
+        load_dataset(str(root)).split("train")
 
 
 @pytest.mark.parametrize("docid", ["d 1", "d\t1", "d1\u00a0", " d1"])
@@ -405,6 +504,41 @@ def test_a_byte_order_mark_is_not_part_of_the_first_line(tmp_path):
     ds = load_dataset(str(root))
     first = next(iter(TINY_DOCS))
     assert ds.corpus[first].title == TINY_DOCS[first][0] and len(ds.split("test").qrels) == 8
+
+
+def test_api_term_lists_and_numpy_depths(tiny_wp):
+    import numpy as np
+
+    from bm25aug.search import BM25Searcher
+
+    _, _, flat = tiny_wp
+    searcher = BM25Searcher(flat)
+    assert searcher.search("cat", k=np.int64(3)) == searcher.search("cat", k=3)
+    for terms, message in (({"cat": float("inf")}, "the weight of 'cat' is inf"), ({"": 1.0}, "term '' is not")):
+        with pytest.raises(UserError, match=message):
+            searcher.search_terms(terms)
+
+
+def test_eval_run_with_output_and_meta_of_unknown_flavor(tiny_wp, tmp_path):
+    from bm25aug.search import BM25Searcher
+
+    ds, _, flat = tiny_wp
+    run = tmp_path / "r.trec"
+    run.write_text("q1 Q0 d1 1 9.0 x\n")
+    one_line_error(run_cli("eval.py", "--dataset", str(ds.path), "--run", str(run), "--output", str(tmp_path / "y")),
+                   "--output writes the run of a search")
+    copy = tmp_path / "copy.flat"
+    shutil.copytree(flat, copy)
+    (copy / "meta.json").write_text(json.dumps({**json.loads((copy / "meta.json").read_text()), "flavor": "bogus"}))
+    with pytest.raises(UserError, match="names an unknown flavor 'bogus'"):
+        BM25Searcher(copy)
+
+
+def test_a_stock_index_can_be_the_first_thing_java_opens(tmp_path):
+    stock = pyserini_index(tmp_path / "stock.flat")
+    code = "import sys\nfrom bm25aug.search import BM25Searcher\nprint(BM25Searcher(sys.argv[1]).search('cat', 3)[0].docid)\n"
+    out = subprocess.run([sys.executable, "-c", code, str(stock)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.stdout.strip() == "d1", out.stderr[-2000:]
 
 
 def test_export_top_k_must_be_positive(offline_model):
