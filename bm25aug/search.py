@@ -113,7 +113,13 @@ class BM25Searcher:
 
 
 def check_terms(terms: dict[str, float]) -> None:
-    """A weighted term list as ``search_terms`` takes it: non-empty string terms, finite weights."""
+    """A weighted term list as ``search_terms`` takes it: non-empty string terms, finite weights.
+    (The common case is decided by one sum; only a list that fails it is looked at term by term.)"""
+    try:
+        if "" not in terms and math.isfinite(sum(terms.values())) and all(type(t) is str for t in terms):
+            return
+    except TypeError:
+        pass
     for term, weight in terms.items():
         if not isinstance(term, str) or not term:
             raise UserError(f"term {term!r} is not a non-empty string; fix: pass {{term: weight}} with string terms")
