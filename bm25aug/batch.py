@@ -7,6 +7,7 @@ JSONL (BEIR's ``queries.jsonl``: ``_id`` and ``text``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -30,7 +31,8 @@ def resolve_index(name_or_path: str) -> Path:
     from pyserini.util import download_prebuilt_index
 
     try:
-        return Path(download_prebuilt_index(name_or_path, verbose=False))
+        with contextlib.redirect_stdout(sys.stderr):  # Pyserini prints its download attempts; stdout may be a run
+            return Path(download_prebuilt_index(name_or_path, verbose=False))
     except ValueError as e:
         if str(e).startswith("Unrecognized index name"):
             raise UserError(f"--index {name_or_path!r} is neither a folder nor a Pyserini prebuilt index name; "
@@ -54,17 +56,22 @@ def read_queries(path: str | Path) -> dict[str, str]:
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
-        if path.suffix == ".jsonl":
-            rows.append(beir_row(line, where, ("text",)))
-            continue
-        qid, tab, text = line.rstrip("\r\n").partition("\t")
-        if not tab or not qid.strip():
-            raise UserError(f"{where}: expected 'qid<TAB>query text'; fix: repair that line, or use a .jsonl file "
-                            f"of {{\"_id\": ..., \"text\": ...}} objects")
-        rows.append((qid.strip(), text))
+        if path.suffix.lower() == ".jsonl":
+            qid, text = beir_row(line, where, ("text",))
+        else:
+            qid, tab, text = line.rstrip("\r\n").partition("\t")
+            if not tab:
+                raise UserError(f"{where}: expected 'qid<TAB>query text'; fix: repair that line, or use a .jsonl "
+                                f"file of {{\"_id\": ..., \"text\": ...}} objects")
+        if not qid or len(qid.split()) != 1 or qid.strip() != qid:
+            raise UserError(f"{where}: query id {qid!r} is empty or holds whitespace, which a TREC run cannot hold; "
+                            f"fix: give that query an id without spaces, tabs or newlines")
+        rows.append((qid, text))
     queries = keep_first(((q, check_text(t, f"{path}: query {q}")) for q, t in rows), path, "query")
     if not queries:
         raise UserError(f"{path} holds no queries; fix: add 'qid<TAB>query text' lines")
+    if empty := [q for q, t in queries.items() if not t.strip()]:
+        log.warning("%s: %d queries have no text (e.g. %s); they have no hits", path, len(empty), empty[0])
     return queries
 
 

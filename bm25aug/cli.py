@@ -13,6 +13,7 @@ from pathlib import Path
 
 from bm25aug.errors import UserError
 from bm25aug.experiment import CHECKPOINT_ROOT, METHODS
+from bm25aug.limits import RUNTIMES
 
 log = logging.getLogger("bm25aug")
 
@@ -117,7 +118,8 @@ def cmd_export(args) -> None:
 
     dataset = load_dataset(args.dataset, args.data_dir)
     checkpoint = resolve_checkpoint(args.checkpoint, dataset.name, False)
-    check_outputs({"--output": args.output}, {"the dataset": dataset.path, "--checkpoint": checkpoint})
+    check_outputs({"--output": args.output}, {"the dataset": dataset.path, "--checkpoint": args.checkpoint,
+                                              "the model": checkpoint})
     split = dataset.split(dataset.spec.eval_split if args.split is None else args.split)
     model = load_encoder(checkpoint, args.runtime)
     n = export_term_lists(model, split.queries, args.output, top_k=args.top_k, threshold=args.threshold)
@@ -130,10 +132,15 @@ def cmd_search(args) -> None:
     from bm25aug.io import check_outputs
     from bm25aug.search import write_trec_run
 
-    check_outputs({"--output": args.output}, {"--index": Path(args.index) if Path(args.index).exists() else None,
-                                              "--model": args.model, "--queries": args.queries})
+    if args.output and not args.queries:
+        raise UserError("--output writes the run of --queries; fix: pass --queries FILE, or drop --output to print "
+                        "the hits of --query")
+    if args.tokenizer and args.model:
+        raise UserError("--tokenizer is for plain BM25 on a stock wp index; a --model brings its own; fix: drop one")
+    index = resolve_index(args.index)
+    check_outputs({"--output": args.output}, {"--index": index, "--model": args.model, "--queries": args.queries})
     queries = read_queries(args.queries) if args.queries else None
-    searcher = make_searcher(resolve_index(args.index), args.model, args.tokenizer, args.k1, args.b, args.runtime)
+    searcher = make_searcher(index, args.model, args.tokenizer, args.k1, args.b, args.runtime)
     if queries is None:
         print_hits(searcher.search(args.query, args.k or 10))
         return
@@ -220,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, help="hits per query (default 1000; 100 for QA)")
     p.add_argument("--k1", type=float, default=0.9, help="BM25 k1 (default 0.9)")
     p.add_argument("--b", type=float, default=0.4, help="BM25 b (default 0.4)")
-    p.add_argument("--runtime", default="onnx-int8", choices=["onnx-int8", "torch-int8", "torch-fp32"],
+    p.add_argument("--runtime", default="onnx-int8", choices=RUNTIMES,
                    help="query encoder runtime for augmented (default: onnx-int8; torch-fp32 is the reference)")
     p.add_argument("--index", help="search this Lucene index with --method (a stock Pyserini/Anserini index too: "
                                    "flat as it is, wp with --tokenizer) instead of the dataset's own")
@@ -245,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True)
     p.add_argument("--top-k", type=int, help="keep only the k heaviest terms per query")
     p.add_argument("--threshold", type=float, default=0.0, help="drop terms with weight <= this")
-    p.add_argument("--runtime", default="onnx-int8", choices=["onnx-int8", "torch-int8", "torch-fp32"],
+    p.add_argument("--runtime", default="onnx-int8", choices=RUNTIMES,
                    help="query encoder runtime (default: onnx-int8, as AugmentedSearcher; torch-fp32 is the reference)")
     _data_args(p)
     p.set_defaults(func=cmd_export)
@@ -262,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, help="hits per query (default: 10 for --query, 1000 for --queries)")
     p.add_argument("--k1", type=float, default=0.9, help="BM25 k1 (default 0.9)")
     p.add_argument("--b", type=float, default=0.4, help="BM25 b (default 0.4)")
-    p.add_argument("--runtime", default="onnx-int8", choices=["onnx-int8", "torch-int8", "torch-fp32"],
+    p.add_argument("--runtime", default="onnx-int8", choices=RUNTIMES,
                    help="the model's query encoder runtime (default: onnx-int8)")
     p.add_argument("--threads", type=int, default=max(1, os.cpu_count() or 1), help="search threads for --queries")
     p.set_defaults(func=cmd_search)

@@ -320,8 +320,6 @@ def _dpr_training_rows(json_file: Path) -> list[dict]:
     positive ids ``pos`` and hard-negative ids ``neg``. The JSON is streamed once (ijson) into a
     cached JSONL (``~/.cache/bm25aug/dpr``, keyed by the file's path, size and mtime); passage
     texts are dropped, since the corpus has them."""
-    import hashlib
-
     stat = json_file.stat()
     key = source_key("dpr-training-rows", str(json_file.resolve()), stat.st_size, stat.st_mtime_ns)
     # One cache file per source file: a changed source is cached again in its place, not beside it.

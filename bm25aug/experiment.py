@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from bm25aug.errors import UserError
-from bm25aug.limits import check_all
+from bm25aug.limits import RUNTIMES, check_all, check_choice
 
 log = logging.getLogger(__name__)
 # Relative to the working directory unless set, like Pyserini's indexes/ and runs/.
@@ -52,6 +52,10 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         check_all(self)
+        for name, allowed in (("transfer", (bool,)), ("companions", (bool,)), ("remove_query", (bool, type(None)))):
+            if not isinstance(getattr(self, name), allowed):
+                raise UserError(f"{name} must be true or false, not {getattr(self, name)!r}; fix: pass a bool")
+        check_choice("query encoder runtime", self.runtime, RUNTIMES)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bm25aug.progress import progress as progress_bar
 
-from bm25aug.io import write_jsonl
+from bm25aug.io import check_outputs, write_jsonl
 from bm25aug.limits import check
 
 
@@ -33,7 +33,9 @@ def encode_queries(model, queries: list[str], top_k: int | None = None, threshol
 
 def export_term_lists(model, queries: dict[str, str], path: str | Path, top_k: int | None = None,
                       threshold: float = 0.0) -> int:
-    """Write one weighted term list per query (atomically); returns the number written."""
+    """Write one weighted term list per query (atomically); returns the number written. The file
+    may not be, or lie inside, the folder the model was loaded from."""
+    check_outputs({"the term-list file": path}, {"the model": getattr(model, "path", None)})
     qids = list(queries)
     vectors = encode_queries(model, [queries[q] for q in qids], top_k=top_k, threshold=threshold)
     write_jsonl(path, ({"id": q, "text": queries[q], "vector": v} for q, v in zip(qids, vectors)))

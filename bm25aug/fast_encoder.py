@@ -22,12 +22,11 @@ from pathlib import Path
 
 import torch
 
-from bm25aug.errors import UserError
 from bm25aug.io import CACHE_ROOT, atomic_dir, derived_ok, digest, record_derived, source_key
+from bm25aug.limits import RUNTIMES, check_choice
 from bm25aug.model import CONFIG_NAME, WEIGHTS_NAME, QueryAugmenter
 
 log = logging.getLogger(__name__)
-RUNTIMES = ("onnx-int8", "torch-int8", "torch-fp32")
 ONNX_DIR = "onnx"
 ONNX_FILE = "model.int8.onnx"
 # Bumped whenever export_onnx changes what it writes, so that older exports are made again.
@@ -120,6 +119,7 @@ class OnnxQueryEncoder:
     def __init__(self, path: Path, model: QueryAugmenter):
         self.session = onnx_session(path)
         self.config, self.tokenizer, self.target = model.config, model.tokenizer, model.target
+        self.path = getattr(model, "path", None)
 
     def encode(self, queries: list[str]) -> list[dict[str, float]]:
         if not queries:
@@ -135,7 +135,9 @@ def onnx_path(checkpoint: Path, model: QueryAugmenter) -> Path:
     for folder in (checkpoint / ONNX_DIR, CACHE_DIR / source):
         if derived_ok(folder / ONNX_FILE, source):
             return folder / ONNX_FILE
-    folder = checkpoint / ONNX_DIR if os.access(checkpoint, os.W_OK) else CACHE_DIR / source
+    own = checkpoint / ONNX_DIR  # a file or a link there is not ours to replace: the cache serves instead
+    usable = os.access(checkpoint, os.W_OK) and (not own.exists() or own.is_dir()) and not own.is_symlink()
+    folder = own if usable else CACHE_DIR / source
     log.info("exporting %s to ONNX (int8) in %s", checkpoint, folder)
     return export_onnx(model, folder, source)
 
@@ -143,8 +145,7 @@ def onnx_path(checkpoint: Path, model: QueryAugmenter) -> Path:
 def load_encoder(checkpoint: str | Path, runtime: str = "onnx-int8"):
     """The query encoder of a checkpoint: ``onnx-int8`` (default: fastest on CPU), ``torch-int8``
     or ``torch-fp32`` (the reference). Anything with ``encode``, ``tokenizer`` and ``config``."""
-    if runtime not in RUNTIMES:
-        raise UserError(f"unknown query encoder runtime {runtime!r}; fix: use one of {', '.join(RUNTIMES)}")
+    check_choice("query encoder runtime", runtime, RUNTIMES)
     checkpoint = Path(checkpoint)
     model = QueryAugmenter.from_pretrained(checkpoint)
     if runtime == "torch-fp32":

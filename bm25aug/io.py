@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 from contextlib import contextmanager
@@ -47,17 +48,20 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def clean_stale(path: Path) -> int:
-    """Remove temporaries of ``path`` left by processes that no longer run; returns how many."""
-    removed = 0
-    prefix = f".{path.name}."
-    if not path.parent.is_dir():
+_TEMP = re.compile(rf"^\.(?P<name>.+)\.(?:{'|'.join(TEMP_KINDS)})\.(?P<pid>\d+)\.[0-9a-f]+$")
+
+
+def clean_stale(path: Path, every: bool = False) -> int:
+    """Remove temporaries of ``path`` left by processes that no longer run; returns how many.
+    ``every``: those of everything in the folder ``path`` (a claimed folder, whatever a killed
+    writer was writing in it)."""
+    folder = path if every else path.parent
+    if not folder.is_dir():
         return 0
-    for entry in path.parent.iterdir():
-        if not entry.name.startswith(prefix):
-            continue
-        parts = entry.name[len(prefix):].split(".")
-        if len(parts) != 3 or parts[0] not in TEMP_KINDS or not parts[1].isdigit() or _pid_alive(int(parts[1])):
+    removed = 0
+    for entry in folder.iterdir():
+        match = _TEMP.match(entry.name)
+        if not match or (not every and match["name"] != path.name) or _pid_alive(int(match["pid"])):
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
@@ -115,6 +119,7 @@ def claim_folder(path: str | Path, marker: str, what: str, option: str,
         raise UserError(f"another bm25aug process is writing {what} into {path}; fix: wait for it to end, "
                         f"or pass another {option}") from None
     try:
+        clean_stale(path, every=True)  # what a killed writer left in the folder (last/, best/, ...)
         if not (path / marker).exists():
             write_json(path / marker, {"written_by": "bm25aug", "what": what})
     except BaseException:

@@ -20,6 +20,8 @@ JAVA_INT_MAX = 2**31 - 1
 # the most terms a model adds (a few thousand), that stays below the clause limit the JVM is set
 # to (bm25aug.java: 65,536), past which Lucene raises TooManyClauses.
 MAX_QUERY_CHARS = 50_000
+# The query encoder's runtimes (bm25aug.fast_encoder), here so that options can be checked without torch.
+RUNTIMES = ("onnx-int8", "torch-int8", "torch-fp32")
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,13 @@ def check(name: str, value, option: str | None = None):
     if not rule.allows(value):
         option = option or f"--{name.replace('_', '-')}"
         raise UserError(f"{option} {value!r} is out of range; fix: pass {rule.describe()}")
+    return value
+
+
+def check_choice(what: str, value, choices: tuple) -> str:
+    """``value`` if it is one of ``choices``, else a ``UserError`` listing them."""
+    if value not in choices:
+        raise UserError(f"unknown {what} {value!r}; fix: use one of {', '.join(map(str, choices))}")
     return value
 
 

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from bm25aug.errors import UserError
-from bm25aug.limits import check_all
+from bm25aug.limits import check_all, check_choice
 from bm25aug.model_card import CARD_NAME, card_text
 from bm25aug.tokenization import hub_then_local, portable_name, vocab_hash
 
@@ -78,9 +78,8 @@ class AugmenterConfig:
         from bm25aug.targets import TARGETS
 
         check_all(self)
-        for name, value, known in (("pooling", self.pooling, POOLINGS), ("target", self.target, TARGETS)):
-            if value not in known:
-                raise UserError(f"unknown {name} {value!r}; fix: use one of {', '.join(known)}")
+        check_choice("pooling", self.pooling, POOLINGS)
+        check_choice("target", self.target, TARGETS)
         for f in fields(self):  # a JSON "no" for a flag was read as True
             value = getattr(self, f.name)
             if isinstance(f.default, (bool, str)) and type(value) is not type(f.default):
@@ -323,4 +322,5 @@ class QueryAugmenter(nn.Module):
         if not -1 <= config.aug_layer <= depth:
             raise UserError(f"{path / CONFIG_NAME}: aug_layer {config.aug_layer}, but the encoder has {depth} layers; "
                             f"fix: set it from 0 to {depth}, or -1 (the last layer)")
+        model.path = path  # where it was loaded from: an output must not land there (bm25aug.export)
         return model.eval()

@@ -27,6 +27,7 @@ from bm25aug.progress import progress
 from bm25aug.tokenization import load_tokenizer, query_term_counts
 
 log = logging.getLogger(__name__)
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class Hit(NamedTuple):
@@ -115,16 +116,22 @@ class BM25Searcher:
 def check_terms(terms: dict[str, float]) -> None:
     """A weighted term list as ``search_terms`` takes it: non-empty string terms, finite weights.
     (The common case is decided by one sum; only a list that fails it is looked at term by term.)"""
+    if not terms:
+        return
     try:
-        if "" not in terms and math.isfinite(sum(terms.values())) and all(type(t) is str for t in terms):
+        weights = terms.values()
+        if ("" not in terms and math.isfinite(sum(weights)) and 0 <= min(weights) and max(weights) < _FLOAT32_MAX
+                and all(type(t) is str for t in terms)):
             return
     except TypeError:
         pass
     for term, weight in terms.items():
         if not isinstance(term, str) or not term:
             raise UserError(f"term {term!r} is not a non-empty string; fix: pass {{term: weight}} with string terms")
-        if isinstance(weight, bool) or not isinstance(weight, (int, float, np.floating)) or not np.isfinite(weight):
-            raise UserError(f"the weight of {term!r} is {weight!r}; fix: pass a finite number")
+        if (isinstance(weight, bool) or not isinstance(weight, (int, float, np.floating)) or not np.isfinite(weight)
+                or not 0 <= weight < _FLOAT32_MAX):
+            raise UserError(f"the weight of {term!r} is {weight!r}; fix: pass a number from 0 to 3.4e38 (Lucene "
+                            f"keeps boosts as 32-bit floats, and a negative one is no boost)")
 
 
 def to_hits(docids: np.ndarray, top: TopK) -> list[Hit]:
@@ -162,7 +169,7 @@ def write_trec_run(run: dict[str, list[Hit]], path: str | Path, tag: str = "bm25
     """TREC run file (``qid Q0 docid rank score tag``), written to a temp file and renamed. An id
     holding whitespace would shift the columns: an error, not a file no tool reads right."""
     ids = {qid for qid in run} | {h.docid for hits in run.values() for h in hits}
-    if bad := next((i for i in ids if len(i.split()) != 1 or i.strip() != i), None):
+    if (bad := next((i for i in ids if len(i.split()) != 1 or i.strip() != i), None)) is not None:
         raise UserError(f"id {bad!r} is empty or holds whitespace, which a TREC run file cannot hold; fix: give "
                         f"that query or document an id without spaces, tabs or newlines")
     atomic_write_text(path, "".join(f"{qid} Q0 {hit.docid} {rank} {hit.score:.6f} {tag}\n"

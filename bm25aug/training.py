@@ -34,10 +34,11 @@ from bm25aug.export import encode_queries
 from bm25aug.interrupts import deferred, stop_point
 from bm25aug.io import (atomic_dir, atomic_write_bytes, check_outputs, claim_folder, derived_ok, record_derived,
                         refuse_foreign, source_key, write_json, write_jsonl)
-from bm25aug.limits import check_all
+from bm25aug.limits import check_all, check_choice
 from bm25aug.model import CONFIG_NAME, QueryAugmenter
 from bm25aug.model_card import card_text, finished_now, write_card
 from bm25aug.pseudo import PREFIX as PSEUDO_PREFIX, with_pseudo_queries
+from bm25aug.index import IndexMeta
 from bm25aug.search import BM25Searcher, mean_added_terms, parallel_map
 from bm25aug.tokenization import vocab_hash
 from bm25aug.torch_bm25 import BM25Params, TorchBM25
@@ -119,9 +120,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         """Every setting checked when the config is made, before anything is read or written."""
         check_all(self)
-        for flag, value, known in (("--negatives", self.negatives, NEGATIVES), ("--aug-init", self.aug_init, AUG_INITS)):
-            if value not in known:
-                raise UserError(f"unknown {flag} {value!r}; fix: use one of {', '.join(known)}")
+        check_choice("--negatives", self.negatives, NEGATIVES)
+        check_choice("--aug-init", self.aug_init, AUG_INITS)
 
     @classmethod
     def for_dataset(cls, dataset: str, **overrides) -> "TrainConfig":
@@ -234,11 +234,16 @@ def build_examples(split: Split, negatives: dict[str, list[str]], bm25: TorchBM2
     def rows(docids: list[str]) -> list[int]:
         return [int(r) for r in bm25.index.doc_numbers(docids) if r >= 0]
 
-    examples = []
+    examples, unknown, named = [], 0, 0
     for qid, rels in split.qrels.items():
         pos = rows([d for d, g in rels.items() if g > 0])
         if pos and qid in split.queries:
-            examples.append(Example(qid, split.queries[qid], pos, rows(negatives.get(qid, []))))
+            ids = negatives.get(qid, [])
+            examples.append(Example(qid, split.queries[qid], pos, rows(ids)))
+            named, unknown = named + len(ids), unknown + len(ids) - len(examples[-1].negatives)
+    if unknown:
+        log.warning("%d of the %d hard negatives named for the training queries are not in the index (e.g. DPR "
+                    "ids of another passage collection); they are left out", unknown, named)
     return examples
 
 
@@ -271,7 +276,7 @@ class Trainer:
                 **({"pooling": config.pooling} if config.pooling else {}))
         self._lock = claim_folder(self.out, RUN_MARKER, "a training run", "--output-dir", _earlier_run)
         try:
-            self._check_output_dir(resume)
+            self._check_output_dir(resume, index)
             self._prepare(index, dataset, fresh)
         except BaseException:
             self._lock.release()
@@ -330,10 +335,20 @@ class Trainer:
             e.positives = [self.bm25.held_out_row(e.positives[0], Counter(terms))]
             self.qrels_rows[e.qid].update(e.positives)
 
-    def _check_output_dir(self, resume: bool) -> None:
-        saved = self.out / "config.json"
+    def _check_output_dir(self, resume: bool, index: Path) -> None:
+        """On --resume, the saved run must be this one: the same settings, the same corpus (its
+        fingerprint, in ``data.json``), and no more epochs trained than now asked for."""
+        saved, data = self.out / "config.json", self.out / "data.json"
+        corpus = IndexMeta.load(index, probe=False).corpus_fingerprint
+        if resume and data.exists() and _read_json(data).get("corpus_fingerprint") != corpus:
+            raise UserError(f"--resume on another corpus than the saved run's ({self.dataset.corpus_file} has changed "
+                            f"or is another dataset's); fix: pass the run's dataset, or a new --output-dir")
+        trained = max((h.get("epoch", 0) for h in _read_jsonl(self.out / "log.jsonl")), default=0) if resume else 0
+        if trained > self.config.epochs:
+            raise UserError(f"--resume with --epochs {self.config.epochs}, but the saved run has trained {trained}; "
+                            f"fix: pass --epochs {trained} or more")
         if resume and saved.exists():
-            old = json.loads(saved.read_text())
+            old = _read_json(saved)
             # A setting the saved run predates had the value of its day (the paper's wp target, no
             # weight floor); a moved run folder resumes where it now is; the gate and the
             # significance check act on best/ after training, so a resume may change them.
@@ -345,6 +360,7 @@ class Trainer:
                 raise UserError(f"--resume with settings that differ from the saved run ({', '.join(changed)}); "
                                 f"fix: rerun with the same settings or a new --output-dir")
         write_json(saved, asdict(self.config))
+        write_json(data, {"dataset": self.dataset.name, "path": str(self.dataset.path), "corpus_fingerprint": corpus})
 
     def _negatives(self, train: Split) -> dict[str, list[str]]:
         """Hard negatives per training query, cached in the run folder for ``--resume`` and reused
@@ -697,7 +713,7 @@ def _refuse_finished(out: Path, resume: bool) -> None:
                         f"to continue it, or choose another --output-dir")
     if resume and finished and not (out / "last" / "trainer_state.pt").exists():
         raise UserError(f"{out} holds best/ but no last/ to resume from, and training again would replace "
-                        f"best/; fix: choose another --output-dir")
+                        f"best/; fix: choose another --output-dir, or remove {out / 'best'} to train this folder again")
 
 
 def _earlier_run(folder: Path) -> bool:
@@ -722,8 +738,31 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def _read_json(path: Path) -> dict:
+    """A run folder's JSON record; a damaged one is one error line."""
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as e:
+        raise UserError(f"{path} is damaged ({type(e).__name__}); fix: restore it, or train into a new "
+                        f"--output-dir") from None
+    if not isinstance(saved, dict):
+        raise UserError(f"{path} is damaged (not a JSON object); fix: restore it, or train into a new --output-dir")
+    return saved
+
+
 def _read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    """A run folder's log, one JSON object a line; a damaged one is one error line."""
+    if not path.exists():
+        return []
+    try:
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (ValueError, OSError) as e:
+        raise UserError(f"{path} is damaged ({type(e).__name__}); fix: restore it, or train into a new "
+                        f"--output-dir") from None
+    if not all(isinstance(r, dict) for r in rows):
+        raise UserError(f"{path} is damaged (a line is not a JSON object); fix: restore it, or train into a new "
+                        f"--output-dir")
+    return rows
 
 
 def plot_curves(history: list[dict], path: Path) -> None:

@@ -121,6 +121,36 @@ def test_an_index_is_never_built_inside_the_dataset(tmp_path):
     assert sorted(p.name for p in root.iterdir()) == ["corpus.jsonl", "qrels", "queries.jsonl"]
 
 
+def test_outputs_into_a_run_folder_or_the_models_own_folder_are_refused(offline_model, tmp_path):
+    from bm25aug.export import export_term_lists
+    from bm25aug.model import QueryAugmenter
+
+    root = write_beir(tmp_path / "tiny")
+    offline_model.save_pretrained(tmp_path / "run" / "best")
+    (tmp_path / "run" / "config.json").write_text('{"recipe": "mine"}')
+    one_line_error(run_cli("-m", "bm25aug.cli", "export", "--checkpoint", str(tmp_path / "run"), "--dataset", str(root),
+                           "--output", str(tmp_path / "run" / "config.json")), "lies inside --checkpoint")
+    assert (tmp_path / "run" / "config.json").read_text() == '{"recipe": "mine"}'
+    model = QueryAugmenter.from_pretrained(tmp_path / "run" / "best")
+    with pytest.raises(UserError, match="lies inside the model"):
+        export_term_lists(model, {"1": "cats"}, tmp_path / "run" / "best" / "bm25aug_config.json")
+    with pytest.raises(UserError, match="is a folder"):
+        export_term_lists(model, {"1": "cats"}, tmp_path)
+
+
+def test_a_claimed_folder_loses_what_a_killed_writer_left(tmp_path):
+    from bm25aug.io import claim_folder
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "bm25aug_run.json").write_text("{}")
+    stale = run / f".last.tmp.{DEAD_PID}.6a4a63a4"
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"x" * 4096)
+    claim_folder(run, "bm25aug_run.json", "a training run", "--output-dir").release()
+    assert not stale.exists()
+
+
 # ----------------------------------------------------------------------------------------- 2. qrels grades
 @pytest.mark.parametrize("grade", ["2147483648", "4294967296", "-5000"])
 def test_qrels_grades_out_of_range_are_one_line_errors(tmp_path, grade):
@@ -176,6 +206,17 @@ def test_a_method_never_searches_an_index_of_the_other_flavor(tiny_wp):
     for method, index in (("bm25-flat", wp), ("bm25-wp", flat), ("bm25-rm3", wp)):
         with pytest.raises(UserError, match="index, not flat|index, not wp|is a wp index; rm3"):
             evaluate(EvalConfig(dataset=str(ds.path), method=method, index=str(index), companions=False))
+
+
+def test_a_few_stemmed_stopwords_do_not_make_a_flat_index_wp(scifact_flat, tmp_path, caplog):
+    from bm25aug.search import BM25Searcher
+
+    stock = tmp_path / "stock.flat"  # SciFact's flat index as Pyserini would have it: no meta.json
+    shutil.copytree(scifact_flat, stock, ignore=shutil.ignore_patterns("meta.json", "docids.txt*", "write.lock"))
+    with pytest.raises(UserError, match="search it as flat"):
+        BM25Searcher(stock, tokenizer="bert-base-uncased")
+    BM25Searcher(stock)
+    assert "has stopwords" not in caplog.text
 
 
 def _cased_copy():
@@ -282,6 +323,15 @@ def test_a_training_folder_is_claimed_and_settings_checked_before_writing(tmp_pa
     assert {len(e.negatives) for e in second.examples} == {1}  # mined again for the new settings
     second.train()
     assert (tmp_path / "run" / "best" / "bm25aug_config.json").exists()
+    other = load_dataset(str(write_beir(tmp_path / "v2" / "tiny", docs={**TINY_DOCS, "d9": ("Cats", "cat mat")},
+                                        queries={f"q{i}": broad for i in range(1, 9)})))
+    with pytest.raises(UserError, match="--resume on another corpus"):
+        Trainer(tiny_train_config(tmp_path / "run", epochs=2, negative_depth=1), other,
+                ensure_index(other, "flat", tmp_path / "idx2"), resume=True)
+    (tmp_path / "run" / "config.json").write_text('{"epochs": 6,')
+    with pytest.raises(UserError, match="config.json is damaged"):
+        Trainer(tiny_train_config(tmp_path / "run", epochs=2, negative_depth=1), ds, flat, resume=True)
+    (tmp_path / "run" / "config.json").write_text(json.dumps(tiny_train_config(tmp_path / "run", negative_depth=1).__dict__))
     state = tmp_path / "run" / "last" / "trainer_state.pt"
     state.write_bytes(state.read_bytes()[:5000])
     with pytest.raises(UserError, match="trainer_state.pt is damaged"):
@@ -517,6 +567,21 @@ def test_api_term_lists_and_numpy_depths(tiny_wp):
     for terms, message in (({"cat": float("inf")}, "the weight of 'cat' is inf"), ({"": 1.0}, "term '' is not")):
         with pytest.raises(UserError, match=message):
             searcher.search_terms(terms)
+
+
+def test_weights_lucene_cannot_hold_and_bad_eval_flags(tiny_wp):
+    from bm25aug.experiment import EvalConfig
+    from bm25aug.search import BM25Searcher, write_trec_run
+
+    _, _, flat = tiny_wp
+    for weight in (1e39, -1.0):
+        with pytest.raises(UserError, match="the weight of 'cat'"):
+            BM25Searcher(flat).search_terms({"cat": weight})
+    for bad in ({"companions": "no"}, {"remove_query": "yes"}, {"runtime": "xx"}):
+        with pytest.raises(UserError, match="must be true or false|unknown query encoder runtime"):
+            EvalConfig(dataset="scifact", **bad)
+    with pytest.raises(UserError, match="id '' is empty"):
+        write_trec_run({"": []}, "/nonexistent/run.trec")
 
 
 def test_eval_run_with_output_and_meta_of_unknown_flavor(tiny_wp, tmp_path):

@@ -52,6 +52,11 @@ def test_a_prebuilt_index_name_is_found_in_pyserinis_cache(tmp_path, monkeypatch
     monkeypatch.setenv("PYSERINI_CACHE", str(tmp_path / "cache"))
     assert main(["search", "--index", "beir-v1.0.0-scifact.flat", "--query", "cat on a mat", "--k", "2"]) == 0
     assert capsys.readouterr().out.split()[1] == BM25Searcher(placed).search("cat on a mat", 1)[0].docid
+    queries = tmp_path / "q.tsv"
+    queries.write_text("q1\tcat\n")
+    assert main(["search", "--index", "beir-v1.0.0-scifact.flat", "--queries", str(queries), "--output",
+                 str(placed / "segments_9")]) == 2
+    assert "lies inside --index" in capsys.readouterr().err and not (placed / "segments_9").exists()
 
 
 def test_search_refuses_to_write_over_its_queries(tiny_wp, tmp_path, capsys):
@@ -63,3 +68,9 @@ def test_search_refuses_to_write_over_its_queries(tiny_wp, tmp_path, capsys):
     queries.write_text("no tab here\n")
     assert main(["search", "--index", str(flat), "--queries", str(queries)]) == 2
     assert "expected 'qid<TAB>query text'" in capsys.readouterr().err
+    for line in ("a b\tcat\n", "\tcat\n"):
+        queries.write_text(line)
+        assert main(["search", "--index", str(flat), "--queries", str(queries)]) == 2
+        assert "is empty or holds whitespace" in capsys.readouterr().err
+    assert main(["search", "--index", str(flat), "--query", "cat", "--output", str(tmp_path / "x.trec")]) == 2
+    assert "--output writes the run of --queries" in capsys.readouterr().err
