@@ -343,10 +343,6 @@ class Trainer:
         if resume and data.exists() and _read_json(data).get("corpus_fingerprint") != corpus:
             raise UserError(f"--resume on another corpus than the saved run's ({self.dataset.corpus_file} has changed "
                             f"or is another dataset's); fix: pass the run's dataset, or a new --output-dir")
-        trained = max((h.get("epoch", 0) for h in _read_jsonl(self.out / "log.jsonl")), default=0) if resume else 0
-        if trained > self.config.epochs:
-            raise UserError(f"--resume with --epochs {self.config.epochs}, but the saved run has trained {trained}; "
-                            f"fix: pass --epochs {trained} or more")
         if resume and saved.exists():
             old = _read_json(saved)
             # A setting the saved run predates had the value of its day (the paper's wp target, no
@@ -359,6 +355,10 @@ class Trainer:
             if changed:
                 raise UserError(f"--resume with settings that differ from the saved run ({', '.join(changed)}); "
                                 f"fix: rerun with the same settings or a new --output-dir")
+        trained = max((h.get("epoch", 0) for h in _read_jsonl(self.out / "log.jsonl")), default=0) if resume else 0
+        if trained > self.config.epochs:
+            raise UserError(f"--resume with --epochs {self.config.epochs}, but the saved run has trained {trained}; "
+                            f"fix: pass --epochs {trained} or more")
         write_json(saved, asdict(self.config))
         write_json(data, {"dataset": self.dataset.name, "path": str(self.dataset.path), "corpus_fingerprint": corpus})
 

@@ -30,6 +30,8 @@ def test_train_then_resume(tiny_wp, tmp_path):
     assert [r["epoch"] for r in resumed["history"]] == [0, 1, 2]  # continued, not restarted
     with pytest.raises(UserError, match="differ from the saved run"):
         Trainer(tiny_config(out, lam=0.5), ds, wp, resume=True)
+    with pytest.raises(UserError, match="the saved run has trained 2"):  # its log and best/ would not match
+        Trainer(tiny_config(out), ds, wp, resume=True)
 
 
 def test_flat_target_trains_calibrates_its_gate_and_old_runs_resume(tiny_wp, tmp_path):
