@@ -37,18 +37,19 @@ def resolve_index(name_or_path: str) -> Path:
         if str(e).startswith("Unrecognized index name"):
             raise UserError(f"--index {name_or_path!r} is neither a folder nor a Pyserini prebuilt index name; "
                             f"fix: pass an index folder, or a name such as beir-v1.0.0-scifact.flat") from None
-        raise UserError(f"prebuilt index {name_or_path!r} is not in Pyserini's cache and could not be downloaded "
-                        f"({e}); fix: download it where the network allows, or pass an index folder") from None
-    except OSError as e:
-        raise UserError(f"prebuilt index {name_or_path!r} is not in Pyserini's cache and could not be downloaded "
-                        f"({e}); fix: download it where the network allows, or pass an index folder") from None
+        failure = e
+    except Exception as e:  # noqa: BLE001  (a download fails many ways: md5 assertion, tar, HTTP, OS)
+        failure = e
+    raise UserError(f"prebuilt index {name_or_path!r} is not in Pyserini's cache and could not be downloaded "
+                    f"({type(failure).__name__}: {str(failure)[:120]}); fix: download it where the network allows, "
+                    f"or pass an index folder")
 
 
 def read_queries(path: str | Path) -> dict[str, str]:
     """Queries by id from a TSV (``qid<TAB>text``) or JSONL (``_id``, ``text``) file."""
     from bm25aug.corpus import beir_row
     from bm25aug.data import keep_first
-    from bm25aug.limits import check_text
+    from bm25aug.limits import check_text, run_id_ok
 
     path = Path(path)
     rows = []
@@ -63,7 +64,7 @@ def read_queries(path: str | Path) -> dict[str, str]:
             if not tab:
                 raise UserError(f"{where}: expected 'qid<TAB>query text'; fix: repair that line, or use a .jsonl "
                                 f"file of {{\"_id\": ..., \"text\": ...}} objects")
-        if not qid or len(qid.split()) != 1 or qid.strip() != qid:
+        if not run_id_ok(qid):
             raise UserError(f"{where}: query id {qid!r} is empty or holds whitespace, which a TREC run cannot hold; "
                             f"fix: give that query an id without spaces, tabs or newlines")
         rows.append((qid, text))

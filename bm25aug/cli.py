@@ -130,7 +130,7 @@ def cmd_export(args) -> None:
 def cmd_search(args) -> None:
     from bm25aug.batch import make_searcher, print_hits, read_queries, resolve_index
     from bm25aug.io import check_outputs
-    from bm25aug.search import write_trec_run
+    from bm25aug.search import trec_lines, write_trec_run
 
     if args.output and not args.queries:
         raise UserError("--output writes the run of --queries; fix: pass --queries FILE, or drop --output to print "
@@ -149,8 +149,7 @@ def cmd_search(args) -> None:
         write_trec_run(run, args.output, tag="bm25aug")
         print(f"wrote {sum(map(len, run.values()))} hits of {len(run)} queries to {args.output}")
     else:
-        sys.stdout.writelines(f"{qid} Q0 {h.docid} {rank} {h.score:.6f} bm25aug\n"
-                              for qid, hits in run.items() for rank, h in enumerate(hits, 1))
+        sys.stdout.writelines(trec_lines(run))
 
 
 # ----------------------------------------------------------------------------------------- main

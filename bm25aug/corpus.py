@@ -26,7 +26,7 @@ import numpy as np
 
 from bm25aug.errors import UserError
 from bm25aug.io import decode_line
-from bm25aug.limits import check_text
+from bm25aug.limits import check_text, run_id_ok
 from bm25aug.progress import progress
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def _checked(docid: str, doc: Document, line: str, where: str) -> bytes:
     if "\\u" in line:
         for text in (docid, doc.title, doc.text):
             check_text(text, where)
-    if not docid or len(docid.split()) != 1 or docid.strip() != docid:
+    if not run_id_ok(docid):
         raise UserError(f"{where}: document id {docid!r} is empty or holds whitespace, which TREC run and qrels "
                         f"files cannot hold; fix: give that document an id without spaces, tabs or newlines")
     return docid.encode("utf-8")

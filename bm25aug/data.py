@@ -337,6 +337,7 @@ def _dpr_training_rows(json_file: Path) -> list[dict]:
                                                  unit="q")):
                     if not isinstance(row.get("question"), str):
                         raise UserError(f"{json_file}: question {i} is not a string; fix: repair that entry")
+                    check_text(row["question"], f"{json_file}: question {i}")
                     out.write(json.dumps({"q": row["question"], "a": [str(a) for a in row.get("answers", [])],
                                           "pos": ids(row.get("positive_ctxs")),
                                           "neg": ids(row.get("hard_negative_ctxs"))}) + "\n")
@@ -344,10 +345,7 @@ def _dpr_training_rows(json_file: Path) -> list[dict]:
             raise UserError(f"{json_file}: not DPR retriever-training JSON ({type(e).__name__}: {str(e)[:80]}); "
                             f"fix: re-download the file") from None
         record_derived(cache, key)
-    rows = [json.loads(line) for line in cache.read_text(encoding="utf-8").splitlines()]
-    for i, row in enumerate(rows):
-        check_text(row["q"], f"{json_file}: question {i}")
-    return rows
+    return [json.loads(line) for line in cache.read_text(encoding="utf-8").splitlines()]
 
 
 def _load_msmarco_split(path: Path, split: str) -> Split:

@@ -30,6 +30,7 @@ from filelock import FileLock
 from bm25aug.errors import UserError
 from bm25aug.io import atomic_dir, check_outputs, clean_stale, digest, temp_sibling, write_json
 from bm25aug.java import JNI_LOCK, interruptible, jclass
+from bm25aug.limits import check_choice
 from bm25aug.lucene import DOCIDS_FILE, FIELD, open_reader, write_docids
 from bm25aug.pretokenize import tokenized_batches
 from bm25aug.tokenization import load_tokenizer, lowercases, normalization, tokenizer_name, untruncated, vocab_hash
@@ -72,18 +73,14 @@ class IndexMeta:
             except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as e:
                 raise UserError(f"{path} is not a valid index description ({type(e).__name__}); fix: rebuild the "
                                 f"index with `bm25aug index --dataset NAME --force`") from None
-            if meta.flavor not in FLAVORS:
-                raise UserError(f"{path} names an unknown flavor {meta.flavor!r}; fix: rebuild the index with "
-                                f"`bm25aug index --dataset NAME --force`")
+            check_choice(f"index flavor in {path}", meta.flavor, FLAVORS)
             if probe:
                 _check_terms(Path(index_dir), meta.flavor, tokenizer, stock=False)
             return meta
         if not (Path(index_dir).is_dir() and any(Path(index_dir).glob("segments_*"))):
             raise UserError(f"{index_dir} is not a Lucene index (no segments_* file); "
                             f"fix: build it with `bm25aug index --dataset NAME --flavor wp|flat`")
-        flavor = flavor or ("wp" if tokenizer is not None else "flat")
-        if flavor not in FLAVORS:
-            raise UserError(f"unknown index flavor {flavor!r}; fix: use one of {', '.join(FLAVORS)}")
+        flavor = check_choice("index flavor", flavor or ("wp" if tokenizer is not None else "flat"), FLAVORS)
         meta = cls(flavor, Path(index_dir).name, 0, stock=True, anserini="stock index (no meta.json)")
         if flavor == "wp":
             if tokenizer is None:
@@ -167,8 +164,7 @@ def _is_current(path: Path, fingerprint: str) -> bool:
     if not (path / META_FILE).exists():
         return False
     meta = IndexMeta.load(path, probe=False)
-    needs = meta.docvectors if meta.flavor == "flat" else meta.normalization is not None
-    return meta.corpus_fingerprint == fingerprint and needs
+    return meta.corpus_fingerprint == fingerprint and (meta.docvectors or meta.flavor != "flat")
 
 
 def ensure_index(dataset: Dataset, flavor: str, root: str | Path | None = None, threads: int | None = None,
@@ -178,8 +174,7 @@ def ensure_index(dataset: Dataset, flavor: str, root: str | Path | None = None, 
     A folder at that path that bm25aug did not write (no ``meta.json``) is never touched: that is
     an error unless ``force``. Two processes asking for the same index take turns on a file lock;
     the second one reuses what the first built."""
-    if flavor not in FLAVORS:
-        raise UserError(f"unknown index flavor {flavor!r}; fix: use one of {', '.join(FLAVORS)}")
+    check_choice("index flavor", flavor, FLAVORS)
     path = index_path(dataset.name, flavor, root)
     check_outputs({"the index": path}, {"the dataset": dataset.path}, folders=("the index",))
     fingerprint = corpus_fingerprint(dataset)
@@ -196,7 +191,7 @@ def ensure_index(dataset: Dataset, flavor: str, root: str | Path | None = None, 
                             f"`bm25aug index --dataset {dataset.name} --flavor {flavor} --force`")
         if (path / META_FILE).exists() and not force:
             log.warning("%s was built from another version of the corpus, or without what it needs now "
-                        "(flat: document vectors; wp: its tokenizer's normalization); rebuilding", path)
+                        "(flat: document vectors); rebuilding", path)
         return build_index(dataset, flavor, path, threads=threads, tokenizer=tokenizer, fingerprint=fingerprint,
                            force=force)
 
@@ -205,8 +200,7 @@ def build_index(dataset: Dataset, flavor: str, path: str | Path, threads: int | 
                 tokenizer=None, fingerprint: str | None = None, force: bool = False) -> Path:
     """Write the corpus as JSONL shards, index them with Anserini, then rename into place.
     An existing folder is replaced only if bm25aug built it, or with ``force``."""
-    if flavor not in FLAVORS:
-        raise UserError(f"unknown index flavor {flavor!r}; fix: use one of {', '.join(FLAVORS)}")
+    check_choice("index flavor", flavor, FLAVORS)
     path = Path(path)
     threads = threads or max(1, os.cpu_count() or 1)
     start = time.perf_counter()
@@ -310,9 +304,11 @@ def verify_index(index_dir: str | Path, dataset: Dataset, docids) -> None:
             raise UserError(f"{index_dir} was built from {source}, not from {dataset.corpus_file}; fix: {fix}")
         return
     known = dataset.corpus.has(docids)
-    if not known.all() or len(docids) != len(dataset.corpus):
-        example = f" (e.g. {docids[~known][0]!r} is not in the corpus)" if not known.all() else ""
+    if not known.all():
         raise UserError(f"{index_dir} holds {len(docids):,} documents, {int((~known).sum()):,} of them unknown to "
-                        f"{dataset.name}'s corpus of {len(dataset.corpus):,}{example}; fix: {fix}")
+                        f"{dataset.name}'s corpus of {len(dataset.corpus):,} (e.g. {docids[~known][0]!r}); fix: {fix}")
+    if len(docids) != len(dataset.corpus):  # Anserini skips empty documents; a repeated id is indexed twice
+        log.warning("%s holds %d documents, %s's corpus %d: every id is the corpus's, but the counts differ",
+                    index_dir, len(docids), dataset.name, len(dataset.corpus))
     log.info("%s is a stock index (no meta.json), so its corpus fingerprint cannot be checked; its %d document ids "
              "are exactly those of %s's corpus", index_dir, len(docids), dataset.name)

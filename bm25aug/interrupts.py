@@ -15,6 +15,13 @@ from contextlib import contextmanager
 from typing import Iterator
 
 _pending: list[int] = []
+_installed: list[bool] = []
+
+
+def installed() -> bool:
+    """Whether the command line set the handlers up (a long Java call may then run in a thread
+    that a Ctrl-C leaves behind, as the process exits; in a Python session it would not)."""
+    return bool(_installed)
 
 
 def _raise(signum, frame) -> None:
@@ -25,6 +32,7 @@ def install() -> None:
     """SIGTERM (a ``kill``, a job scheduler's stop) raises ``KeyboardInterrupt`` as Ctrl-C does."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _raise)
+        _installed.append(True)
 
 
 @contextmanager
@@ -43,6 +51,7 @@ def deferred() -> Iterator[None]:
     saved = {s: signal.signal(s, record) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
+        stop_point()  # one that came after the last stop point is not lost
     finally:
         for s, handler in saved.items():
             signal.signal(s, handler)

@@ -194,16 +194,21 @@ def write_jsonl(path: str | Path, rows) -> None:
 
 
 def check_output_path(path: str | Path, option: str) -> Path:
-    """Fail before the work starts if ``path`` cannot be written as a file."""
-    path = Path(path)
+    """Fail before the work starts if ``path`` cannot be written as a file (checked where
+    ``atomic_open`` will write: a link's target; a device or FIFO needs only to be writable)."""
+    given, path = Path(path), Path(os.path.realpath(path))
+    if path.exists() and not path.is_file() and not path.is_dir():
+        if not os.access(path, os.W_OK):
+            raise UserError(f"{option} {given}: cannot write to it; fix: pass a path you can write")
+        return given
     if path.is_dir():
         raise UserError(f"{option} {path} is a folder; fix: pass a file path, e.g. {path / 'out'}")
     parent = path.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"{option} {path}: cannot write in {parent}; fix: pass a path in a writable folder")
-    return path
+        raise UserError(f"{option} {given}: cannot write in {parent}; fix: pass a path in a writable folder")
+    return given
 
 
 def _same_or_inside(path: Path, other: Path) -> bool:

@@ -112,6 +112,11 @@ def interruptible(fn, *args):
     slices: Python delivers a Ctrl-C only between bytecodes of the main thread, so a Java call
     made there would hold it until the call returned. On Ctrl-C the caller's cleanup runs and
     the process exits; the Java thread ends with it."""
+    from bm25aug.interrupts import installed
+
+    if not installed():  # a Python session lives on after a Ctrl-C: no thread may be left holding JNI_LOCK
+        with JNI_LOCK:
+            return fn(*args)
     result: list = []
     failure: list[BaseException] = []
 

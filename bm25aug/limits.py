@@ -108,6 +108,11 @@ def check(name: str, value, option: str | None = None):
     return value
 
 
+def run_id_ok(value: str) -> bool:
+    """Whether an id can stand in a TREC run or qrels line, which split on whitespace."""
+    return bool(value) and len(value.split()) == 1 and value.strip() == value
+
+
 def check_choice(what: str, value, choices: tuple) -> str:
     """``value`` if it is one of ``choices``, else a ``UserError`` listing them."""
     if value not in choices:

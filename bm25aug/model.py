@@ -286,16 +286,13 @@ class QueryAugmenter(nn.Module):
         """The checkpoint's files, into an existing (temporary) folder; see ``save_pretrained``."""
         from safetensors.torch import save
 
-        from bm25aug.io import atomic_write_bytes
-
         self.encoder.config.save_pretrained(folder / "encoder")
         self.tokenizer.save_pretrained(folder)
         (folder / CONFIG_NAME).write_text(json.dumps(asdict(self.config), indent=2))
         (folder / CARD_NAME).write_text(card_text(self.config, self.encoder.config.num_hidden_layers))
         # Serialized in memory, then written: a full disk is an OSError (one line from the CLI), not
         # a SafetensorError traceback.
-        weights = save({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()})
-        atomic_write_bytes(folder / WEIGHTS_NAME, weights)
+        (folder / WEIGHTS_NAME).write_bytes(save({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}))
 
     @classmethod
     def from_pretrained(cls, path: str | Path) -> "QueryAugmenter":

@@ -14,14 +14,14 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 import numpy as np
 
 from bm25aug.errors import UserError
 from bm25aug.index import IndexMeta, check_vocab
 from bm25aug.io import atomic_write_text, read_lines
-from bm25aug.limits import check, check_query
+from bm25aug.limits import check, check_query, run_id_ok
 from bm25aug.lucene import EMPTY, LuceneIndex, TopK
 from bm25aug.progress import progress
 from bm25aug.tokenization import load_tokenizer, query_term_counts
@@ -165,15 +165,20 @@ def parallel_map(fn, items: list, qids: list[str], threads: int, desc: str | Non
     return dict(zip(qids, results))
 
 
-def write_trec_run(run: dict[str, list[Hit]], path: str | Path, tag: str = "bm25aug") -> None:
-    """TREC run file (``qid Q0 docid rank score tag``), written to a temp file and renamed. An id
-    holding whitespace would shift the columns: an error, not a file no tool reads right."""
-    ids = {qid for qid in run} | {h.docid for hits in run.values() for h in hits}
-    if (bad := next((i for i in ids if len(i.split()) != 1 or i.strip() != i), None)) is not None:
+def trec_lines(run: dict[str, list[Hit]], tag: str = "bm25aug") -> Iterator[str]:
+    """``qid Q0 docid rank score tag`` lines of a run. An id holding whitespace would shift the
+    columns: an error, not a file no tool reads right."""
+    ids = set(run) | {h.docid for hits in run.values() for h in hits}
+    if (bad := next((i for i in ids if not run_id_ok(i)), None)) is not None:
         raise UserError(f"id {bad!r} is empty or holds whitespace, which a TREC run file cannot hold; fix: give "
                         f"that query or document an id without spaces, tabs or newlines")
-    atomic_write_text(path, "".join(f"{qid} Q0 {hit.docid} {rank} {hit.score:.6f} {tag}\n"
-                                    for qid, hits in run.items() for rank, hit in enumerate(hits, 1)))
+    return (f"{qid} Q0 {hit.docid} {rank} {hit.score:.6f} {tag}\n"
+            for qid, hits in run.items() for rank, hit in enumerate(hits, 1))
+
+
+def write_trec_run(run: dict[str, list[Hit]], path: str | Path, tag: str = "bm25aug") -> None:
+    """A TREC run file (``trec_lines``), written to a temp file and renamed."""
+    atomic_write_text(path, "".join(trec_lines(run, tag)))
 
 
 def read_trec_run(path: str | Path) -> dict[str, list[Hit]]:

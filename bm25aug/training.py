@@ -35,7 +35,7 @@ from bm25aug.interrupts import deferred, stop_point
 from bm25aug.io import (atomic_dir, atomic_write_bytes, check_outputs, claim_folder, derived_ok, record_derived,
                         refuse_foreign, source_key, write_json, write_jsonl)
 from bm25aug.limits import check_all, check_choice
-from bm25aug.model import CONFIG_NAME, QueryAugmenter
+from bm25aug.model import CONFIG_NAME, AugmenterConfig, QueryAugmenter
 from bm25aug.model_card import card_text, finished_now, write_card
 from bm25aug.pseudo import PREFIX as PSEUDO_PREFIX, with_pseudo_queries
 from bm25aug.index import IndexMeta
@@ -276,6 +276,7 @@ class Trainer:
                 **({"pooling": config.pooling} if config.pooling else {}))
         self._lock = claim_folder(self.out, RUN_MARKER, "a training run", "--output-dir", _earlier_run)
         try:
+            _refuse_finished(self.out, resume)  # again: another run may have finished here while this one loaded
             self._check_output_dir(resume, index)
             self._prepare(index, dataset, fresh)
         except BaseException:
@@ -286,9 +287,6 @@ class Trainer:
         """Index, loss, examples and optimizer, once the output folder is claimed."""
         config = self.config
         self.searcher = BM25Searcher(index, config.k1, config.b, tokenizer=self.model.tokenizer, flavor=config.target)
-        if self.searcher.meta.flavor != config.target:
-            raise UserError(f"{index} is a {self.searcher.meta.flavor} index but --target is {config.target}; "
-                            f"fix: pass the dataset's {config.target} index, or --target {self.searcher.meta.flavor}")
         self.model.config.vocab_hash = self.searcher.meta.vocab_hash or self.model.config.vocab_hash
         self.bm25 = TorchBM25(self.searcher.index, self.model.tokenizer.get_vocab() if config.target == "wp" else None,
                               BM25Params(config.k1, config.b, bag_of_words=config.bag_of_words))
@@ -456,11 +454,10 @@ class Trainer:
         best = self.out / "best"
         if not (best / CONFIG_NAME).exists():
             return
-        model = QueryAugmenter.from_pretrained(best)
         recipe = {k: v for k, v in asdict(self.config).items() if k not in ("output_dir", "threads", "device")}
         top = max(history[1:], key=lambda h: h["dev_metric"], default=history[0])
         how = json.loads((self.out / "dev_split.json").read_text())["how"]
-        write_card(best, card_text(model.config, model.encoder.config.num_hidden_layers, {
+        write_card(best, card_text(AugmenterConfig.load(best), self.model.encoder.config.num_hidden_layers, {
             "dataset": self.dataset.name, "examples": len(self.examples), "finished": finished_now(),
             "dev_how": how, "dev_queries": len(self.dev.queries), "metric": history[0]["dev_metric_name"],
             "best": top["dev_metric"], "bm25": history[0]["dev_metric"], "selection": selection,
@@ -625,7 +622,7 @@ class Trainer:
             torch.save({"state": state, "optimizer": self.optimizer.state_dict(),
                         "scheduler": self.scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
                         "average": self.average.state_dict() if self.average else None}, buf)
-            atomic_write_bytes(tmp / "trainer_state.pt", buf.getvalue())
+            (tmp / "trainer_state.pt").write_bytes(buf.getvalue())
 
     def _load_state(self) -> dict:
         path = self.out / "last" / "trainer_state.pt"

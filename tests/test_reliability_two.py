@@ -595,7 +595,7 @@ def test_eval_run_with_output_and_meta_of_unknown_flavor(tiny_wp, tmp_path):
     copy = tmp_path / "copy.flat"
     shutil.copytree(flat, copy)
     (copy / "meta.json").write_text(json.dumps({**json.loads((copy / "meta.json").read_text()), "flavor": "bogus"}))
-    with pytest.raises(UserError, match="names an unknown flavor 'bogus'"):
+    with pytest.raises(UserError, match="unknown index flavor in .*meta.json 'bogus'"):
         BM25Searcher(copy)
 
 
