@@ -32,7 +32,7 @@ bench: $(STAMP)
 	$(PY) train.py --dataset scifact --output-dir checkpoints/scifact --resume
 	$(PY) benchmarks/bench_search.py --dataset scifact --checkpoint checkpoints/scifact
 
-# Every condition of bm25aug/reproductions.yaml (trains what it needs); `--fast` runs in `make test`.
+# Every condition of bm25aug/reproduce/reproductions.yaml (trains what it needs); `--fast` runs in `make test`.
 reproduce: $(STAMP)
 	$(PY) -m bm25aug.reproduce
 

@@ -9,9 +9,9 @@ import time
 
 import numpy as np
 
-from bm25aug.data import load_dataset
-from bm25aug.index import build_index
-from bm25aug.search import BM25Searcher
+from bm25aug.data.registry import load_dataset
+from bm25aug.lucene.index import build_index
+from bm25aug.search.bm25 import BM25Searcher
 
 
 def main() -> None:

@@ -20,18 +20,20 @@ and bm25s as the speed peer, with every latency as a ratio to the floor.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from bm25aug.data import load_dataset
+from bm25aug.data.registry import load_dataset
 from bm25aug.errors import UserError
-from bm25aug.experiment import resolve_checkpoint
-from bm25aug.fast_encoder import load_encoder
-from bm25aug.index import ensure_index
+from bm25aug.eval.evaluate import resolve_checkpoint
+from bm25aug.model.onnx_encoder import load_encoder
+from bm25aug.lucene.index import ensure_index
 from bm25aug.io import write_json
-from bm25aug.search import AugmentedSearcher, BM25Searcher
+from bm25aug.search.augmented import AugmentedSearcher
+from bm25aug.search.bm25 import BM25Searcher
 
 
 def interleaved_latencies(paths: dict[str, tuple], rounds: int = 2) -> dict[str, np.ndarray]:
@@ -98,8 +100,8 @@ def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare:
         "bm25-flat": (lambda q: flat.search_arrays(q, k), queries),
         "bm25-wp": (lambda q: wp.search_arrays(q, k), queries),
         "augmented": (lambda q: augmented.search_arrays(q, k), queries),
-        "encode (onnx int8)": (lambda q: augmented.model.encode([q]), queries),
-        "encode (torch int8)": (lambda q: torch_int8.encode([q]), queries),
+        "encode (onnx int8)": (lambda q: augmented.encoder.encode(q), queries),
+        "encode (torch int8)": (lambda q: torch_int8.encode(q), queries),
     }
     batch = {name: s for name, s in (("bm25-flat", flat), ("bm25-wp", wp), ("augmented", augmented))}
     labels = {c: c.parent.name if c.name == "best" else c.name for c in compare}
@@ -107,7 +109,7 @@ def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare:
         other = load_encoder(other_path, "onnx-int8")
         other_search = AugmentedSearcher(other, flat if other.config.target == "flat" else wp)
         paths[f"augmented ({label})"] = (lambda q, s=other_search: s.search_arrays(q, k), queries)
-        paths[f"encode (onnx int8, {label})"] = (lambda q, m=other: m.encode([q]), queries)
+        paths[f"encode (onnx int8, {label})"] = (lambda q, m=other: m.encode(q), queries)
         batch[f"augmented ({label})"] = other_search
     rows = interleaved_latencies(paths)
     rates = {(name, t): qps(lambda q, i, n, s=s: s.batch_search(q, i, k, threads=n), queries, t)
@@ -125,7 +127,12 @@ def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare:
         print(f"| bm25s (peer) | {peer['p50']:.2f} | {peer['p95']:.2f} | {peer['p50'] / floor:.2f}x | "
               f"{peer['qps']:.0f} (one batch) | |")
     p50 = {name: float(np.percentile(lat, 50)) for name, lat in rows.items()}
+    paths = {name: {"p50_ms": p50[name], "p95_ms": float(np.percentile(lat, 95)),
+                    **{f"qps_{t}t": rates[(name, t)] for t in (1, 2) if (name, t) in rates}}
+             for name, lat in rows.items()}
     return {
+        "paths": paths,
+        "peer": {"name": "bm25s", "p50_ms": peer["p50"], "p95_ms": peer["p95"], "qps_batch": peer["qps"]} if peer else None,
         "dataset": dataset_name, "num_docs": len(dataset.corpus), "num_queries": len(queries), "k": k,
         "floor_p50_ms": floor, "bm25_flat_p50_ms": p50["bm25-flat"], "bm25_wp_p50_ms": p50["bm25-wp"],
         "augmented_p50_ms": p50["augmented"], "encode_p50_ms": p50["encode (onnx int8)"],
@@ -148,6 +155,8 @@ def main() -> None:
     p.add_argument("--split")
     p.add_argument("--k", type=int, default=1000)
     p.add_argument("--json-out", help="one JSON object per dataset, in a list")
+    p.add_argument("--record", help="write the run where docs/speed.md's Speed table is generated from "
+                                    "(docs/data/speed.json), with this command")
     p.add_argument("--compare", nargs="*", default=[],
                    help="other checkpoints whose augmented search and encoder join the same run")
     args = p.parse_args()
@@ -158,6 +167,8 @@ def main() -> None:
         raise SystemExit(f"error: {e}") from None
     if args.json_out:
         write_json(args.json_out, results)
+    if args.record:
+        write_json(args.record, {"command": "python " + " ".join(sys.argv), "runs": results})
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bm25aug.reproduce.tables import scale_table
+
 SCIFACT_DOCS = 5183
 NQ_PASSAGES = 21_015_324
 ROOT = Path("runs/scale")
@@ -43,7 +45,7 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 # ------------------------------------------------------------------------------------------ corpus
 def sentence_pool() -> list[str]:
     """Real sentences of NFCorpus and SQuAD (5 to 60 words), in a fixed order."""
-    from bm25aug.data import load_dataset
+    from bm25aug.data.registry import load_dataset
 
     pool = []
     for name in ("nfcorpus", "squad"):
@@ -55,7 +57,7 @@ def sentence_pool() -> list[str]:
 def padded_corpus(size: int, seed: int = 0) -> Path:
     """``runs/scale/scifact_pad<size>``: SciFact plus ``size - 5183`` distractors (BEIR layout;
     queries and qrels link to SciFact's). Written to a temp file and renamed; reused once there."""
-    from bm25aug.data import load_dataset
+    from bm25aug.data.registry import load_dataset
 
     folder = ROOT / f"scifact_pad{size}"
     corpus = folder / "corpus.jsonl"
@@ -82,8 +84,8 @@ def padded_corpus(size: int, seed: int = 0) -> Path:
 
 # ------------------------------------------------------------------------------------------- steps
 def step_build(folder: Path, flavor: str) -> dict:
-    from bm25aug.data import load_dataset
-    from bm25aug.index import ensure_index
+    from bm25aug.data.registry import load_dataset
+    from bm25aug.lucene.index import ensure_index
 
     import resource
 
@@ -102,9 +104,10 @@ def step_train(folder: Path, steps: int) -> dict:
 
     import torch
 
-    from bm25aug.data import load_dataset
-    from bm25aug.index import ensure_index
-    from bm25aug.training import TrainConfig, Trainer
+    from bm25aug.data.registry import load_dataset
+    from bm25aug.lucene.index import ensure_index
+    from bm25aug.train.arguments import TrainConfig
+    from bm25aug.train.trainer import Trainer
 
     torch.set_num_threads(2)
     dataset = load_dataset(str(folder))
@@ -115,10 +118,10 @@ def step_train(folder: Path, steps: int) -> dict:
     setup = time.perf_counter() - start
     rng = random.Random(0)
     batches = [trainer.examples[i * config.batch_size:(i + 1) * config.batch_size] for i in range(steps + 1)]
-    trainer._step(batches[0], rng)  # warm-up
+    trainer.training_step(batches[0], rng)  # warm-up
     start = time.perf_counter()
     for batch in batches[1:]:
-        trainer._step(batch, rng)
+        trainer.training_step(batch, rng)
     return {"train_setup_s": setup, "step_s": (time.perf_counter() - start) / steps,
             "train_rows_read": trainer.bm25.rows_read}
 
@@ -126,8 +129,8 @@ def step_train(folder: Path, steps: int) -> dict:
 def step_search(folder: Path, checkpoint: Path) -> dict:
     import torch
 
-    from bm25aug.data import load_dataset
-    from bm25aug.experiment import METHODS, EvalConfig, run_method
+    from bm25aug.data.registry import load_dataset
+    from bm25aug.eval.evaluate import METHODS, EvalConfig, run_method
 
     torch.set_num_threads(1)
     dataset = load_dataset(str(folder))
@@ -176,21 +179,6 @@ def measure(size: int, args) -> dict:
     return row
 
 
-def table(rows: list[dict]) -> str:
-    lines = ["| passages | build flat s (docs/s) | build wp s (docs/s) | wp / flat | build peak RSS MB | "
-             "train setup s | train peak RSS MB | rows read | s / step | p50 ms flat | p50 ms wp | p50 ms augmented | "
-             "augmented / wp | nDCG@10 flat | nDCG@10 augmented |", "|" + "---|" * 15]
-    for r in rows:
-        lines.append(
-            f"| {r['size']:,} | {r['build_s_flat']:.1f} ({r['docs_per_s_flat']:,.0f}) | {r['build_s_wp']:.1f} "
-            f"({r['docs_per_s_wp']:,.0f}) | {r['build_s_wp'] / r['build_s_flat']:.2f}x | {r['build_peak_rss_mb']:,.0f} | "
-            f"{r['train_setup_s']:.1f} | {r['train_peak_rss_mb']:,.0f} | {r['train_rows_read']:,} | {r['step_s']:.2f} | "
-            f"{r['p50_ms_bm25_flat']:.2f} | {r['p50_ms_bm25_wp']:.2f} | {r['p50_ms_augmented']:.2f} | "
-            f"{r['p50_ms_augmented'] / r['p50_ms_bm25_wp']:.2f}x | {r['ndcg@10_bm25_flat']:.4f} | "
-            f"{r['ndcg@10_augmented']:.4f} |")
-    return "\n".join(lines)
-
-
 def extrapolate(rows: list[dict], target: int = NQ_PASSAGES) -> str:
     """Linear in the corpus size through the two largest sizes measured."""
     if len(rows) < 2:
@@ -215,12 +203,14 @@ def main() -> None:
     p.add_argument("--checkpoint", help="the augmented model (trained on SciFact; default checkpoints/scifact/best)")
     p.add_argument("--train-steps", type=int, default=5, help="timed training steps per size")
     p.add_argument("--json-out", help="one JSON object per size, in a list")
+    p.add_argument("--record", help="write the run where docs/speed.md's Scale table is generated from "
+                                    "(docs/data/scale.json), with this command")
     p.add_argument("--step", choices=STEPS, help=argparse.SUPPRESS)
     p.add_argument("--folder", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args()
     from bm25aug.errors import UserError
-    from bm25aug.experiment import resolve_checkpoint
+    from bm25aug.eval.evaluate import resolve_checkpoint
 
     try:
         args.checkpoint = resolve_checkpoint(args.checkpoint, "scifact", False)
@@ -245,11 +235,13 @@ def main() -> None:
         rows = [measure(size, args) for size in args.sizes]
     except UserError as e:  # e.g. no ../shared/data: one line, as the CLI prints it
         raise SystemExit(f"error: {e}") from None
-    print("\n" + table(rows) + "\n\n" + extrapolate(rows))
-    if args.json_out:
-        from bm25aug.io import write_json
+    print("\n" + scale_table(rows) + "\n\n" + extrapolate(rows))
+    from bm25aug.io import write_json
 
+    if args.json_out:
         write_json(args.json_out, rows)
+    if args.record:
+        write_json(args.record, {"command": "python " + " ".join(sys.argv), "rows": rows})
 
 
 if __name__ == "__main__":

@@ -8,16 +8,20 @@ __all__ = ["AugmentedSearcher", "BM25Searcher", "QueryAugmenter", "load_dataset"
 
 def __getattr__(name: str):
     """Lazy exports: ``import bm25aug`` neither starts the JVM nor imports torch."""
-    if name in ("AugmentedSearcher", "BM25Searcher"):
-        from bm25aug import search
+    if name == "AugmentedSearcher":
+        from bm25aug.search.augmented import AugmentedSearcher
 
-        return getattr(search, name)
+        return AugmentedSearcher
+    if name == "BM25Searcher":
+        from bm25aug.search.bm25 import BM25Searcher
+
+        return BM25Searcher
     if name == "QueryAugmenter":
-        from bm25aug.model import QueryAugmenter
+        from bm25aug.model.augmenter import QueryAugmenter
 
         return QueryAugmenter
     if name == "load_dataset":
-        from bm25aug.data import load_dataset
+        from bm25aug.data.registry import load_dataset
 
         return load_dataset
     raise AttributeError(f"module 'bm25aug' has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """Ctrl-C and SIGTERM as a ``KeyboardInterrupt`` that lets cleanup run.
 
-The JVM is started with ``-Xrs`` (``bm25aug.java``), so both signals reach Python. The command
+The JVM is started with ``-Xrs`` (``bm25aug.lucene.jvm``), so both signals reach Python. The command
 line turns SIGTERM into the same ``KeyboardInterrupt`` as Ctrl-C (``install``), so temporaries
 are removed on the way out and it says how to continue. Training defers the interrupt to the end
 of the step in flight (``deferred``, ``stop_point``): raised inside PyTorch's autograd engine it

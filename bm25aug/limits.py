@@ -18,9 +18,9 @@ from bm25aug.errors import UserError
 JAVA_INT_MAX = 2**31 - 1
 # Analyzed, a query of at most this many characters has at most as many distinct terms; with
 # the most terms a model adds (a few thousand), that stays below the clause limit the JVM is set
-# to (bm25aug.java: 65,536), past which Lucene raises TooManyClauses.
+# to (bm25aug.lucene.jvm: 65,536), past which Lucene raises TooManyClauses.
 MAX_QUERY_CHARS = 50_000
-# The query encoder's runtimes (bm25aug.fast_encoder), here so that options can be checked without torch.
+# The query encoder's runtimes (bm25aug.model.onnx_encoder), here so that options can be checked without torch.
 RUNTIMES = ("onnx-int8", "torch-int8", "torch-fp32")
 
 

@@ -50,8 +50,8 @@ def tiny_beir(tmp_path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_wp(tmp_path_factory):
     """A tiny dataset with both indexes built (the JVM starts once per session)."""
-    from bm25aug.data import load_dataset
-    from bm25aug.index import ensure_index
+    from bm25aug.data.registry import load_dataset
+    from bm25aug.lucene.index import ensure_index
 
     root = tmp_path_factory.mktemp("tinyset")
     ds = load_dataset(str(write_beir(root / "tiny")))
@@ -68,35 +68,35 @@ def data_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def scifact(data_dir):
-    from bm25aug.data import load_dataset
+    from bm25aug.data.registry import load_dataset
 
     return load_dataset("scifact", data_dir)
 
 
 @pytest.fixture(scope="session")
 def scifact_wp(scifact):
-    from bm25aug.index import ensure_index
+    from bm25aug.lucene.index import ensure_index
 
     return ensure_index(scifact, "wp")
 
 
 @pytest.fixture(scope="session")
 def scifact_flat(scifact):
-    from bm25aug.index import ensure_index
+    from bm25aug.lucene.index import ensure_index
 
     return ensure_index(scifact, "flat")
 
 
 @pytest.fixture(scope="session")
 def offline_model():
-    from bm25aug.model import QueryAugmenter
+    from bm25aug.model.augmenter import QueryAugmenter
 
-    return QueryAugmenter.from_encoder()
+    return QueryAugmenter.from_encoder(target="wp", weight_floor=0.0)
 
 
 @pytest.fixture(scope="session")
 def flat_model():
     """An untrained model for the flat target (w ≡ 1 at init; a from the tied init)."""
-    from bm25aug.model import QueryAugmenter
+    from bm25aug.model.augmenter import QueryAugmenter
 
     return QueryAugmenter.from_encoder(target="flat").eval()

@@ -3,7 +3,7 @@ import logging
 
 import pytest
 
-from bm25aug.data import detect_layout, load_dataset
+from bm25aug.data.registry import detect_layout, load_dataset
 from bm25aug.errors import UserError
 
 
@@ -51,7 +51,7 @@ def test_unknown_dataset_and_missing_dir(tmp_path, monkeypatch):
 
 
 def test_offline_download_failure_says_where_to_put_files(tmp_path, monkeypatch):
-    import bm25aug.data as data
+    import bm25aug.data.registry as data
 
     monkeypatch.setattr(data, "CACHE_DIR", tmp_path / "cache")
 

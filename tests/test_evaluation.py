@@ -2,9 +2,9 @@ import math
 
 import pytest
 
-from bm25aug.corpus import Document
-from bm25aug.evaluation import capped_recall, evaluate_answers, evaluate_qrels, has_answer
-from bm25aug.search import Hit
+from bm25aug.data.corpus import Document
+from bm25aug.eval.metrics import capped_recall, evaluate_answers, evaluate_qrels, has_answer
+from bm25aug.search.bm25 import Hit
 
 
 def hits(*docids):

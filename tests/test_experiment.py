@@ -3,7 +3,7 @@
 import pytest
 
 from bm25aug.errors import UserError
-from bm25aug.experiment import METHODS, EvalConfig, evaluate
+from bm25aug.eval.evaluate import METHODS, EvalConfig, evaluate
 
 
 def test_evaluate_runs_a_registered_method(tiny_wp, tmp_path):
@@ -34,7 +34,7 @@ def test_remove_query_drops_the_query_document(tmp_path):
     """ArguAna/Quora style: a query is also a document; Pyserini's BEIR runs drop that hit."""
     from conftest import TINY_DOCS, write_beir
 
-    from bm25aug.data import REGISTRY
+    from bm25aug.data.registry import REGISTRY
 
     queries = {"d1": TINY_DOCS["d1"][1], "d3": TINY_DOCS["d3"][1]}
     root = write_beir(tmp_path / "argu", queries=queries)  # qrels: d1 -> d1, d3 -> d3, so rewrite them
@@ -56,7 +56,7 @@ def test_rm3_needs_document_vectors(tmp_path):
     not a traceback."""
     from test_stock_index import pyserini_index
 
-    from bm25aug.peers import ExpansionSearcher
+    from bm25aug.search.peers import ExpansionSearcher
 
     with pytest.raises(UserError, match="storeDocvectors"):
         ExpansionSearcher(pyserini_index(tmp_path / "stock.flat"), "rm3")

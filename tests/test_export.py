@@ -25,7 +25,7 @@ def plain_pyserini_search(index_dir, vector: dict[str, float], k: int):
 
 def check_export_parity(model, index, tmp_path) -> None:
     """Export SciFact test with the CLI, then search 25 exported term lists with plain Pyserini."""
-    from bm25aug.search import AugmentedSearcher
+    from bm25aug.search.augmented import AugmentedSearcher
 
     ckpt = tmp_path / "ckpt"
     model.save_pretrained(ckpt)
@@ -44,7 +44,7 @@ def check_export_parity(model, index, tmp_path) -> None:
         ours = [(h.docid, h.score) for h in searcher.search(row["text"], 100)]
         assert plain_pyserini_search(index, row["vector"], 100) == ours
     shown = searcher.augment(rows[0]["text"])
-    assert set(shown.reweighted) == set(searcher.searcher.query_terms(rows[0]["text"]))
+    assert set(shown.reweighted) == set(searcher.bm25.query_terms(rows[0]["text"]))
     assert all(t not in shown.reweighted for t in shown.added)
     assert searcher.search("") == [] and isinstance(searcher.search("\u2603 \u2603"), list)
 
@@ -62,7 +62,7 @@ def test_checkpoint_vocab_mismatch(scifact_wp, offline_model, tmp_path):
     import pytest
 
     from bm25aug.errors import UserError
-    from bm25aug.search import AugmentedSearcher
+    from bm25aug.search.augmented import AugmentedSearcher
 
     offline_model.config.vocab_hash, saved = "0000", offline_model.config.vocab_hash
     try:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bm25aug.errors import UserError
-from bm25aug.fast_encoder import ONNX_DIR, export_source, load_encoder
+from bm25aug.model.onnx_encoder import ONNX_DIR, export_source, load_encoder
 
 QUERIES = ["ALDH1 expression is associated with poorer prognosis in breast cancer",
            "Vitamin B12 deficiency causes neurological symptoms", "cats on mats", "a b c",
@@ -27,7 +27,7 @@ def test_onnx_terms_stay_close_to_fp32(checkpoint):
     reference, fast = load_encoder(checkpoint, "torch-fp32"), load_encoder(checkpoint, "onnx-int8")
     errors = []
     for query in QUERIES:
-        ref, got = reference.encode([query])[0], fast.encode([query])[0]
+        ref, got = reference.encode(query), fast.encode(query)
         assert all(term in got for term, weight in ref.items() if weight >= 0.5), query
         terms = sorted(set(ref) | set(got))
         r, g = np.array([ref.get(t, 0.0) for t in terms]), np.array([got.get(t, 0.0) for t in terms])
@@ -56,13 +56,13 @@ def test_export_is_made_once_and_follows_the_weights(offline_model, tmp_path):
     assert onnx_file.stat().st_mtime_ns != first  # new weights: exported again
     record = json.loads((checkpoint / ONNX_DIR / "model.int8.onnx.source.json").read_text())
     assert record["source"] == export_source(checkpoint)
-    assert fast.encode(["cats"])[0]["cats"] == pytest.approx(reference.encode(["cats"])[0]["cats"], rel=0.15)
+    assert fast.encode("cats")["cats"] == pytest.approx(reference.encode("cats")["cats"], rel=0.15)
 
 
 def test_every_runtime_encodes(checkpoint):
     """torch-int8 (dynamically quantized Linear layers) encodes as the others do."""
     for runtime in ("torch-fp32", "torch-int8", "onnx-int8"):
-        terms = load_encoder(checkpoint, runtime).encode(["vitamin B12 deficiency"])[0]
+        terms = load_encoder(checkpoint, runtime).encode("vitamin B12 deficiency")
         assert "vitamin" in terms and all(w > 0 for w in terms.values()), runtime
 
 
@@ -76,14 +76,14 @@ def test_onnx_export_keeps_threshold_and_layer_count(aug_layer, tmp_path):
     """A model trained with ``aug_threshold`` on a cut-down encoder, its a(q) from the last layer or
     the embeddings (``aug_layer``), exports as it is: the ONNX encoder adds no term weighted at or
     below the threshold, and agrees with fp32 on the rest."""
-    from bm25aug.model import QueryAugmenter
+    from bm25aug.model.augmenter import QueryAugmenter
 
-    small = QueryAugmenter.from_encoder(layers=2, aug_threshold=0.3, aug_layer=aug_layer)
+    small = QueryAugmenter.from_encoder(target="wp", weight_floor=0.0, layers=2, aug_threshold=0.3, aug_layer=aug_layer)
     small.save_pretrained(tmp_path / "small")
     fast, reference = load_encoder(tmp_path / "small", "onnx-int8"), load_encoder(tmp_path / "small", "torch-fp32")
     query = QUERIES[1]
     own = set(fast.target.batch([query]).terms[0])
-    got, ref = fast.encode([query])[0], reference.encode([query])[0]
+    got, ref = fast.encode(query), reference.encode(query)
     added = {t: w for t, w in got.items() if t not in own}
     assert added and min(added.values()) > 0.3
     assert all(t in got for t, w in ref.items() if w >= 0.5)

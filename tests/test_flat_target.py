@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from bm25aug.model import AugmenterConfig, QueryAugmenter
+from bm25aug.model.augmenter import AugmenterConfig, QueryAugmenter
 
 
 def test_flat_map_analyzes_whole_words_only(flat_model):
@@ -43,7 +43,7 @@ def test_added_terms_sum_a_through_the_map_in_float32(flat_model):
 
 
 def test_flat_query_terms_are_lucenes_analysis_with_counts(flat_model, scifact_flat):
-    from bm25aug.search import BM25Searcher
+    from bm25aug.search.bm25 import BM25Searcher
 
     bare = QueryAugmenter(AugmenterConfig(encoder=flat_model.config.encoder, use_weights=False,
                                           use_augmentation=False, target="flat"),
@@ -51,7 +51,7 @@ def test_flat_query_terms_are_lucenes_analysis_with_counts(flat_model, scifact_f
     searcher = BM25Searcher(scifact_flat)
     for q in ["Cats chase cats; the cat's toys", "ALDH1 expression in breast-cancer patients \U0001F600 x",
               "0-dimensional biomaterials show inductive properties."]:
-        assert bare.encode([q])[0] == searcher.query_terms(q)
+        assert bare.encode(q) == searcher.query_terms(q)
 
 
 def test_w_per_flat_term_is_the_mean_over_its_words_tokens(flat_model):
@@ -72,7 +72,8 @@ def test_w_per_flat_term_is_the_mean_over_its_words_tokens(flat_model):
 
 def test_flat_target_without_a_and_w_is_bm25_flat_on_scifact(scifact, scifact_flat, flat_model):
     """Ranking and scores of every SciFact test query equal bm25-flat's (Pyserini's query)."""
-    from bm25aug.search import AugmentedSearcher, BM25Searcher
+    from bm25aug.search.augmented import AugmentedSearcher
+    from bm25aug.search.bm25 import BM25Searcher
 
     bare = QueryAugmenter(AugmenterConfig(encoder=flat_model.config.encoder, use_weights=False,
                                           use_augmentation=False, target="flat"),
@@ -85,9 +86,9 @@ def test_flat_target_without_a_and_w_is_bm25_flat_on_scifact(scifact, scifact_fl
 
 def test_torch_bm25_equals_lucene_on_scifact_flat(scifact, scifact_flat):
     """Raw Lucene scores of weighted flat queries (query terms plus added ones) vs torch."""
-    from bm25aug.lucene import LuceneIndex
-    from bm25aug.search import BM25Searcher
-    from bm25aug.torch_bm25 import TorchBM25
+    from bm25aug.lucene.reader import LuceneIndex
+    from bm25aug.search.bm25 import BM25Searcher
+    from bm25aug.train.torch_bm25 import TorchBM25
 
     bm25 = TorchBM25(scifact_flat, None)
     index, searcher = LuceneIndex(scifact_flat), BM25Searcher(scifact_flat)
@@ -110,7 +111,7 @@ def test_torch_bm25_equals_lucene_on_scifact_flat(scifact, scifact_flat):
 
 def test_training_boosts_equal_search_term_lists(scifact_flat, flat_model):
     """What training scores (torch, index columns) is what search sends to Lucene (numpy, strings)."""
-    from bm25aug.torch_bm25 import TorchBM25
+    from bm25aug.train.torch_bm25 import TorchBM25
 
     target = flat_model.target
     bm25 = TorchBM25(scifact_flat, None)
@@ -132,9 +133,9 @@ def test_training_boosts_equal_search_term_lists(scifact_flat, flat_model):
 @pytest.mark.parametrize("target", ["wp", "flat"])
 def test_long_query_keeps_every_term(target, offline_model, scifact_wp, scifact_flat):
     """A 290-word query (over 300 WordPiece tokens): terms beyond the encoder's 64-token window keep their BM25 weight."""
-    from bm25aug.search import BM25Searcher
+    from bm25aug.search.bm25 import BM25Searcher
 
-    model = QueryAugmenter(AugmenterConfig(encoder=offline_model.config.encoder, target=target, use_augmentation=False,
+    model = QueryAugmenter(AugmenterConfig(encoder=offline_model.config.encoder, target=target, use_augmentation=False, weight_floor=0.0,
                                            vocab_hash=offline_model.config.vocab_hash),
                            offline_model.encoder, offline_model.tokenizer).eval()
     with torch.no_grad():
@@ -144,7 +145,7 @@ def test_long_query_keeps_every_term(target, offline_model, scifact_wp, scifact_
     query = " ".join(f"{w}{i}" if i % 3 else w for i, w in enumerate(words * 10))
     searcher = BM25Searcher(scifact_wp if target == "wp" else scifact_flat, tokenizer=model.tokenizer)
     plain = searcher.query_terms(query)
-    terms = model.encode([query])[0]
+    terms = model.encode(query)
     assert sum(plain.values()) >= 250 and terms.keys() == plain.keys()  # nothing lost
     outside = [t for t in plain if terms[t] == plain[t]]  # only beyond the window: BM25's count
     assert outside and sum(terms.values()) < sum(plain.values())  # inside: w = 0.5 per occurrence
@@ -155,7 +156,7 @@ def test_gate_counts_only_entries_that_reach_a_term(flat_model):
     not count them: with ``aug_gate`` 1, one whole-word entry passes however many dead ones fire."""
     from dataclasses import replace
 
-    from bm25aug.targets import make_target
+    from bm25aug.model.targets import make_target
 
     tok = flat_model.tokenizer
     target = make_target(tok, replace(flat_model.config, aug_gate=1))

@@ -5,7 +5,7 @@ import textwrap
 import pytest
 
 from bm25aug.errors import UserError
-from bm25aug.java import find_java_home
+from bm25aug.lucene.jvm import find_java_home
 
 
 def test_no_usable_java_is_a_one_line_error(monkeypatch, tmp_path):

@@ -1,14 +1,14 @@
-"""The fast hit path (bm25aug.lucene) against Pyserini's own searcher: same hits, scores, order."""
+"""The fast hit path (bm25aug.lucene.reader) against Pyserini's own searcher: same hits, scores, order."""
 
 import random
 
 import numpy as np
 import pytest
 
-from bm25aug.data import load_dataset
-from bm25aug.index import ensure_index
-from bm25aug.lucene import anserini_scores, weighted_query_string
-from bm25aug.search import BM25Searcher
+from bm25aug.data.registry import load_dataset
+from bm25aug.lucene.index import ensure_index
+from bm25aug.lucene.reader import anserini_scores, weighted_query_string
+from bm25aug.search.bm25 import BM25Searcher
 from conftest import write_beir
 from test_export import plain_pyserini_search
 

@@ -2,20 +2,21 @@ import pytest
 import torch
 
 from bm25aug.errors import UserError
-from bm25aug.model import AugmenterConfig, QueryAugmenter
+from bm25aug.model.augmenter import AugmenterConfig, QueryAugmenter
 
 
 def test_boosts_reduce_to_bm25_counts_without_a_and_w(offline_model):
-    m = QueryAugmenter(AugmenterConfig(encoder=offline_model.config.encoder, use_weights=False, use_augmentation=False),
+    m = QueryAugmenter(AugmenterConfig(encoder=offline_model.config.encoder, use_weights=False, use_augmentation=False,
+                                       target="wp"),
                        offline_model.encoder, offline_model.tokenizer)
-    assert m.encode(["cat cat dog \u2603"])[0] == {"cat": 2.0, "dog": 1.0}  # [UNK] and [CLS]/[SEP] dropped
+    assert m.encode("cat cat dog \u2603") == {"cat": 2.0, "dog": 1.0}  # [UNK] and [CLS]/[SEP] dropped
 
 
 @torch.no_grad()
 def test_boost_rule_query_terms_and_added_terms(offline_model):
     enc = offline_model.tokenize(["cat cat dog"])
     out = offline_model.eval()(enc["input_ids"], enc["attention_mask"])
-    terms = offline_model.encode(["cat cat dog"])[0]
+    terms = offline_model.encode("cat cat dog")
     tok = offline_model.tokenizer
     cat, dog = tok.convert_tokens_to_ids(["cat", "dog"])
     a = out.augmentation[0]
@@ -36,7 +37,7 @@ def test_save_and_load_round_trip(offline_model, tmp_path):
     loaded = QueryAugmenter.from_pretrained(tmp_path / "ckpt")
     assert loaded.config == offline_model.config
     q = ["does vitamin d affect birth weight"]
-    a, b = offline_model.eval().encode(q)[0], loaded.encode(q)[0]
+    a, b = offline_model.eval().encode_batch(q)[0], loaded.encode_batch(q)[0]
     assert a.keys() == b.keys() and all(a[t] == pytest.approx(b[t], rel=1e-5) for t in a)
     assert not list(tmp_path.glob(".ckpt*"))
 
@@ -52,7 +53,7 @@ def test_missing_and_corrupt_checkpoints(offline_model, tmp_path):
 
 def test_quantized_model_keeps_the_query_terms(offline_model):
     q = ["breast cancer prognosis"]
-    full, small = offline_model.eval().encode(q)[0], offline_model.quantized().encode(q)[0]
+    full, small = offline_model.eval().encode_batch(q)[0], offline_model.quantized().encode_batch(q)[0]
     for t in ("breast", "cancer"):
         assert t in full and t in small
 
@@ -63,7 +64,7 @@ def test_augmentation_gate_keeps_reweighting_only(offline_model):
     its own terms keep w. ``calibrate_gate`` is the quantile of those counts over queries."""
     from dataclasses import replace
 
-    from bm25aug.training import calibrate_gate
+    from bm25aug.train.callbacks import calibrate_gate
 
     q = "does vitamin d affect birth weight"
     enc = offline_model.tokenize([q])
@@ -76,9 +77,9 @@ def test_augmentation_gate_keeps_reweighting_only(offline_model):
     plain = QueryAugmenter(replace(offline_model.config, use_augmentation=False), offline_model.encoder,
                            offline_model.tokenizer).eval()
     plain.load_state_dict(offline_model.state_dict())
-    assert gated.encode([q])[0] == pytest.approx(plain.encode([q])[0])  # reweighting only
+    assert gated.encode(q) == pytest.approx(plain.encode(q))  # reweighting only
     gated.config.aug_gate = n
-    assert gated.encode([q])[0] == pytest.approx(offline_model.encode([q])[0])
+    assert gated.encode(q) == pytest.approx(offline_model.encode(q))
     assert calibrate_gate(offline_model, [q] * 3, 0.99) == n
 
 
@@ -100,7 +101,7 @@ def test_aug_threshold_zeroes_small_entries_and_keeps_the_rest(offline_model):
 
 
 def test_encoder_layers_keeps_the_first_layers_through_save_and_load(offline_model, tmp_path):
-    small = QueryAugmenter.from_encoder(layers=2)
+    small = QueryAugmenter.from_encoder(target="wp", weight_floor=0.0, layers=2)
     assert len(small.encoder.encoder.layer) == 2
     for got, ref in zip(small.encoder.encoder.layer, offline_model.encoder.encoder.layer):
         assert all(torch.equal(p, q) for p, q in zip(got.parameters(), ref.parameters()))
@@ -108,22 +109,22 @@ def test_encoder_layers_keeps_the_first_layers_through_save_and_load(offline_mod
     loaded = QueryAugmenter.from_pretrained(tmp_path / "small")
     assert len(loaded.encoder.encoder.layer) == 2
     q = ["does vitamin d affect birth weight"]
-    assert loaded.encode(q)[0] == pytest.approx(small.eval().encode(q)[0], rel=1e-5)
+    assert loaded.encode_batch(q)[0] == pytest.approx(small.eval().encode_batch(q)[0], rel=1e-5)
     with pytest.raises(UserError, match="fix: pass a number from 0 to 6"):
-        QueryAugmenter.from_encoder(layers=7)
+        QueryAugmenter.from_encoder(target="wp", weight_floor=0.0, layers=7)
 
 
 def test_no_encoder_layers_reads_the_query_through_its_embeddings_alone(offline_model):
     """``layers=0``: the encoder is its embedding layer (word + position embeddings, LayerNorm),
     so a token's state is the same in any context but its position, and the heads still run."""
-    bare = QueryAugmenter.from_encoder(layers=0).eval()
+    bare = QueryAugmenter.from_encoder(target="wp", weight_floor=0.0, layers=0).eval()
     assert len(bare.encoder.encoder.layer) == 0
     enc = bare.tokenize(["vitamin d birth weight", "vitamin c birth weight"])
     hidden = bare.encoder(**enc).last_hidden_state
     embedded = offline_model.encoder.embeddings(input_ids=enc["input_ids"])
     assert torch.allclose(hidden, embedded, atol=1e-6)
     assert torch.equal(hidden[0, 3:], hidden[1, 3:])  # "birth weight [SEP]": same tokens, same places
-    assert bare.encode(["vitamin d birth weight"])[0]
+    assert bare.encode("vitamin d birth weight")
 
 
 @pytest.mark.parametrize("which", ["offline_model", "flat_model"])
@@ -150,7 +151,7 @@ def test_query_window_equals_the_hf_tokenizer_call(which, request):
 def test_aug_layer_pools_a_from_that_layer_and_w_from_the_last(tmp_path):
     """``aug_layer=0``: a(q) reads the embeddings, so changing a transformer layer moves w but not
     a; saved and loaded, the model keeps the setting; a layer the encoder lacks is a one-line error."""
-    model = QueryAugmenter.from_encoder(layers=2, aug_layer=0, aug_init_bias=-0.2).eval()
+    model = QueryAugmenter.from_encoder(target="wp", weight_floor=0.0, layers=2, aug_layer=0, aug_init_bias=-0.2).eval()
     enc = model.tokenize(["does vitamin d affect birth weight"])
     with torch.no_grad():
         before = model(enc["input_ids"], enc["attention_mask"])
@@ -164,7 +165,7 @@ def test_aug_layer_pools_a_from_that_layer_and_w_from_the_last(tmp_path):
     model.save_pretrained(tmp_path / "m")
     assert QueryAugmenter.from_pretrained(tmp_path / "m").config.aug_layer == 0
     with pytest.raises(UserError, match="fix: pass 0 \\(the embeddings\\) to 2, or -1"):
-        QueryAugmenter.from_encoder(layers=2, aug_layer=3)
+        QueryAugmenter.from_encoder(target="wp", weight_floor=0.0, layers=2, aug_layer=3)
 
 
 def test_centered_init_puts_the_mean_query_at_the_bias():
@@ -172,7 +173,7 @@ def test_centered_init_puts_the_mean_query_at_the_bias():
     is the initial bias, so a word starts proposed for a query nearer to it than the average
     query, not for being near every query. A max-pooled head has no query vector to center."""
     queries = ["vitamin d and birth weight", "statins lower cholesterol", "ALDH1 in breast cancer"]
-    model = QueryAugmenter.from_encoder(aug_init="centered").eval()
+    model = QueryAugmenter.from_encoder(target="wp", weight_floor=0.0, aug_init="centered").eval()
     model.center_aug_head(queries)
     enc = model.tokenize(queries)
     with torch.no_grad():
@@ -180,4 +181,4 @@ def test_centered_init_puts_the_mean_query_at_the_bias():
         logits = model.aug_head(mean)
     assert torch.allclose(logits, torch.full_like(logits, model.config.aug_init_bias), atol=1e-4)
     with pytest.raises(UserError, match="fix: use --pooling mean or cls"):
-        QueryAugmenter.from_encoder(aug_init="centered", pooling="max").center_aug_head(queries)
+        QueryAugmenter.from_encoder(target="wp", weight_floor=0.0, aug_init="centered", pooling="max").center_aug_head(queries)

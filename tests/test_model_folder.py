@@ -3,11 +3,11 @@
 
 import shutil
 
-from bm25aug.tokenization import OFFLINE_ENCODER
+from bm25aug.model.tokenization import OFFLINE_ENCODER
 
 
 def test_a_copied_model_folder_searches_identically_and_carries_its_card(tiny_wp, flat_model, tmp_path):
-    from bm25aug.search import AugmentedSearcher
+    from bm25aug.search.augmented import AugmentedSearcher
 
     _, _, flat = tiny_wp
     original = tmp_path / "here" / "model"
@@ -25,7 +25,8 @@ def test_a_copied_model_folder_searches_identically_and_carries_its_card(tiny_wp
 
 
 def test_a_trained_model_card_names_its_recipe_data_and_dev_selection(tiny_wp, tmp_path):
-    from bm25aug.training import TrainConfig, Trainer
+    from bm25aug.train.arguments import TrainConfig
+    from bm25aug.train.trainer import Trainer
 
     ds, _, flat = tiny_wp
     config = TrainConfig(dataset="tiny", output_dir=str(tmp_path / "run"), batch_size=4, dev_size=2, negative_depth=3,

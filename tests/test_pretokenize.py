@@ -2,8 +2,8 @@
 
 import pytest
 
-from bm25aug.pretokenize import DocumentTokenizer, tokenized_batches
-from bm25aug.tokenization import load_tokenizer, untruncated
+from bm25aug.lucene.pretokenize import DocumentTokenizer, tokenized_batches
+from bm25aug.model.tokenization import load_tokenizer, untruncated
 
 ADVERSARIAL = ["Tab\there\r\nnew\x00line\x07bell\x0bvt\x0cff\x1fus\x7fdel", "ÀÉÎõü naïve café", "ΣΟΦΟΣ σοφός",
                "İstanbul", "中文字符 mixed 漢字", "a\u2028b\u00a0c\u200bd\u3000e\u0085f", "x" * 150 + " " + "y" * 99,
@@ -29,7 +29,7 @@ def test_fast_path_is_used_and_exact_on_adversarial_text(backend):
 
 @pytest.mark.parametrize("name", ["scifact", "nfcorpus", "squad"])
 def test_exact_on_every_shared_document(name, data_dir, backend):
-    from bm25aug.data import load_dataset
+    from bm25aug.data.registry import load_dataset
 
     texts = [doc.contents for _, doc in load_dataset(name, data_dir).corpus.items()]
     assert DocumentTokenizer(backend)(texts) == reference(backend, texts)

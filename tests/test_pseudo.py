@@ -1,11 +1,11 @@
-"""Pseudo-queries cut from the corpus (bm25aug.pseudo), and training with them."""
+"""Pseudo-queries cut from the corpus (bm25aug.train.pseudo), and training with them."""
 
 import pytest
 import torch
 
-from bm25aug.corpus import Document
-from bm25aug.data import Split
-from bm25aug.pseudo import MAX_WORDS, MIN_WORDS, PREFIX, pseudo_queries, sample_ids, with_pseudo_queries
+from bm25aug.data.corpus import Document
+from bm25aug.data.layouts import Split
+from bm25aug.train.pseudo import MAX_WORDS, MIN_WORDS, PREFIX, pseudo_queries, sample_ids, with_pseudo_queries
 
 LONG = "This sentence has exactly eight words in it."
 CORPUS = {
@@ -45,7 +45,7 @@ def test_with_pseudo_queries_keeps_the_judged_queries():
 
 def test_training_with_pseudo_queries(tiny_wp, tmp_path):
     from tests.test_training import tiny_config
-    from bm25aug.training import Trainer
+    from bm25aug.train.trainer import Trainer
 
     ds, _, flat = tiny_wp
     trainer = Trainer(tiny_config(tmp_path / "p", target="flat", pseudo_queries=3), ds, flat)
@@ -67,12 +67,12 @@ def test_a_held_out_row_is_its_document_indexed_without_the_sentence(tmp_path, f
     same document indexed without its sentence (same index, so the same df and avgdl)."""
     from collections import Counter
 
-    from bm25aug.data import load_dataset
-    from bm25aug.index import ensure_index
-    from bm25aug.model import AugmenterConfig
-    from bm25aug.targets import make_target
-    from bm25aug.tokenization import load_tokenizer
-    from bm25aug.torch_bm25 import TorchBM25
+    from bm25aug.data.registry import load_dataset
+    from bm25aug.lucene.index import ensure_index
+    from bm25aug.model.augmenter import AugmenterConfig
+    from bm25aug.model.targets import make_target
+    from bm25aug.model.tokenization import load_tokenizer
+    from bm25aug.train.torch_bm25 import TorchBM25
     from tests.conftest import TINY_DOCS, write_beir
 
     docs = {**TINY_DOCS, "full": ("Cells", f"{KEPT} {HELD_OUT}"), "rest": ("Cells", KEPT)}

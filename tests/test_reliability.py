@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from bm25aug.data import load_dataset
+from bm25aug.data.registry import load_dataset
 from bm25aug.errors import UserError
-from bm25aug.index import ensure_index, index_path
+from bm25aug.lucene.index import ensure_index, index_path
 from conftest import write_beir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +68,7 @@ def test_save_pretrained_refuses_a_foreign_folder(offline_model, tmp_path):
 
 # --------------------------------------------------------------------------------------- 2. threads
 def test_batch_search_threads_equal_one_thread(scifact, scifact_wp):
-    from bm25aug.search import BM25Searcher
+    from bm25aug.search.bm25 import BM25Searcher
 
     split = scifact.split("test")
     qids, queries = list(split.queries), list(split.queries.values())
@@ -80,7 +80,7 @@ def test_batch_search_threads_equal_one_thread(scifact, scifact_wp):
 
 
 def test_augmented_batch_search_threads_equal_one_thread(scifact, scifact_wp, offline_model, tmp_path):
-    from bm25aug.search import AugmentedSearcher
+    from bm25aug.search.augmented import AugmentedSearcher
 
     offline_model.save_pretrained(tmp_path / "ckpt")
     searcher = AugmentedSearcher.from_pretrained(tmp_path / "ckpt", scifact_wp, top_k=64)
@@ -93,7 +93,8 @@ def test_augmented_batch_search_threads_equal_one_thread(scifact, scifact_wp, of
 
 
 def test_two_seeded_trainings_write_identical_logs(tiny_wp, tmp_path):
-    from bm25aug.training import TrainConfig, Trainer
+    from bm25aug.train.arguments import TrainConfig
+    from bm25aug.train.trainer import Trainer
 
     ds, _, flat = tiny_wp  # the default target, flat
     logs = []
@@ -107,7 +108,7 @@ def test_two_seeded_trainings_write_identical_logs(tiny_wp, tmp_path):
 
 # ----------------------------------------------------------------------------------- 3. stale index
 def test_corpus_edit_with_same_lengths_rebuilds(tmp_path):
-    from bm25aug.search import BM25Searcher
+    from bm25aug.search.bm25 import BM25Searcher
 
     root = write_beir(tmp_path / "tiny")
     ds = load_dataset(str(root))
@@ -147,8 +148,8 @@ def test_well_formed_answer_lists_parse(tmp_path):
 
 
 def test_run_file_checks(tmp_path, caplog):
-    from bm25aug.evaluation import evaluate_split
-    from bm25aug.search import read_trec_run
+    from bm25aug.eval.metrics import evaluate_split
+    from bm25aug.search.trec import read_trec_run
 
     bad = tmp_path / "nan.trec"
     bad.write_text("q1 Q0 d1 1 nan x\n")
@@ -167,17 +168,18 @@ def test_run_file_checks(tmp_path, caplog):
 # ---------------------------------------------------------------------------------- 5. empty queries
 @pytest.mark.parametrize("query", ["\U0001F600\U0001F680", "\ufdfa \u06bf", "\x00"])
 def test_queries_without_known_tokens_have_no_hits(tiny_wp, offline_model, tmp_path, query):
-    from bm25aug.search import AugmentedSearcher, BM25Searcher
+    from bm25aug.search.augmented import AugmentedSearcher
+    from bm25aug.search.bm25 import BM25Searcher
 
     _, wp, _ = tiny_wp
     assert BM25Searcher(wp).search(query) == []
-    assert offline_model.encode([query]) == [{}]
+    assert offline_model.encode(query) == {}
     offline_model.save_pretrained(tmp_path / "ckpt")
     assert AugmentedSearcher.from_pretrained(tmp_path / "ckpt", wp).search(query) == []
 
 
 def test_non_string_queries_are_type_errors(tiny_wp):
-    from bm25aug.search import BM25Searcher
+    from bm25aug.search.bm25 import BM25Searcher
 
     _, wp, _ = tiny_wp
     for query in (None, 3, b"cat"):
@@ -220,7 +222,7 @@ def test_output_paths_checked_before_work(tmp_path):
 
 
 def test_checkpoint_without_tokenizer_json(offline_model, tmp_path):
-    from bm25aug.model import QueryAugmenter
+    from bm25aug.model.augmenter import QueryAugmenter
 
     offline_model.save_pretrained(tmp_path / "ckpt")
     (tmp_path / "ckpt" / "tokenizer.json").unlink()
@@ -230,7 +232,8 @@ def test_checkpoint_without_tokenizer_json(offline_model, tmp_path):
 
 # ------------------------------------------------------------------------------------------- 7. resume
 def test_resume_after_kill_between_log_and_checkpoint(tiny_wp, tmp_path):
-    from bm25aug.training import TrainConfig, Trainer
+    from bm25aug.train.arguments import TrainConfig
+    from bm25aug.train.trainer import Trainer
 
     ds, _, flat = tiny_wp
     config = dict(dataset="tiny", output_dir=str(tmp_path / "run"), batch_size=4, dev_size=2, negative_depth=3, threads=1)
@@ -261,7 +264,7 @@ def test_stale_temporaries_are_cleaned(tiny_beir, tmp_path):
 def test_two_processes_build_one_index(tmp_path):
     root = write_beir(tmp_path / "tiny")
     code = ("import logging, sys; logging.basicConfig(level=logging.INFO, stream=sys.stdout);"
-            "from bm25aug.data import load_dataset; from bm25aug.index import ensure_index;"
+            "from bm25aug.data.registry import load_dataset; from bm25aug.lucene.index import ensure_index;"
             f"ensure_index(load_dataset({str(root)!r}), 'wp', {str(tmp_path / 'idx')!r})")
     procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for _ in range(2)]
@@ -273,7 +276,7 @@ def test_two_processes_build_one_index(tmp_path):
 
 # ------------------------------------------------------------------------------------------ 9. startup
 def test_local_models_load_without_asking_the_hub(monkeypatch):
-    from bm25aug import tokenization
+    from bm25aug.model import tokenization
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     tokenization.hub_reachable.cache_clear()

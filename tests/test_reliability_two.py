@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from bm25aug.data import load_dataset
+from bm25aug.data.registry import load_dataset
 from bm25aug.errors import UserError
-from bm25aug.index import ensure_index
+from bm25aug.lucene.index import ensure_index
 from conftest import TINY_DOCS, write_beir
 from test_reliability import ROOT, run_cli, snapshot
 from test_stock_index import pyserini_index
@@ -30,7 +30,7 @@ def one_line_error(out, message: str) -> None:
 
 
 def tiny_train_config(run: Path, **overrides):
-    from bm25aug.training import TrainConfig
+    from bm25aug.train.arguments import TrainConfig
 
     settings = dict(dataset="tiny", output_dir=str(run), batch_size=4, dev_size=2, negative_depth=3, threads=1,
                     epochs=1, significance=0, gate_quantile=0)
@@ -66,7 +66,7 @@ def test_export_output_naming_an_input_is_refused(offline_model, tmp_path):
 
 
 def test_training_refuses_a_folder_of_the_users_files(tiny_wp, tmp_path):
-    from bm25aug.training import Trainer
+    from bm25aug.train.trainer import Trainer
 
     ds, _, flat = tiny_wp
     run = tmp_path / "mine"
@@ -104,7 +104,7 @@ def test_a_device_a_link_or_a_fifo_given_as_output_is_written_into_not_replaced(
 
 
 def test_an_onnx_folder_of_the_users_files_is_not_replaced(offline_model, tmp_path):
-    from bm25aug.fast_encoder import load_encoder
+    from bm25aug.model.onnx_encoder import load_encoder
 
     offline_model.save_pretrained(tmp_path / "ckpt")
     (tmp_path / "ckpt" / "onnx").mkdir()
@@ -122,8 +122,8 @@ def test_an_index_is_never_built_inside_the_dataset(tmp_path):
 
 
 def test_outputs_into_a_run_folder_or_the_models_own_folder_are_refused(offline_model, tmp_path):
-    from bm25aug.export import export_term_lists
-    from bm25aug.model import QueryAugmenter
+    from bm25aug.model.export import export_term_lists
+    from bm25aug.model.augmenter import QueryAugmenter
 
     root = write_beir(tmp_path / "tiny")
     offline_model.save_pretrained(tmp_path / "run" / "best")
@@ -162,7 +162,7 @@ def test_qrels_grades_out_of_range_are_one_line_errors(tmp_path, grade):
 
 # ------------------------------------------------------------------------------ 3. indexes must be the dataset's
 def test_an_index_of_another_dataset_or_corpus_is_refused(tiny_wp, tmp_path):
-    from bm25aug.experiment import EvalConfig, evaluate
+    from bm25aug.eval.evaluate import EvalConfig, evaluate
 
     ds, _, _ = tiny_wp
     other = load_dataset(str(write_beir(tmp_path / "other", docs={f"x{i}": ("t", f"text {i}") for i in range(3)})))
@@ -183,7 +183,8 @@ def test_an_index_of_another_dataset_or_corpus_is_refused(tiny_wp, tmp_path):
 
 
 def test_a_stock_index_is_searched_only_as_what_it_is(tmp_path, offline_model, flat_model):
-    from bm25aug.search import AugmentedSearcher, BM25Searcher
+    from bm25aug.search.augmented import AugmentedSearcher
+    from bm25aug.search.bm25 import BM25Searcher
 
     flat, wp = pyserini_index(tmp_path / "stock.flat"), pyserini_index(tmp_path / "stock.wp", offline_model.tokenizer)
     with pytest.raises(UserError, match="so it is a wp index, not flat"):
@@ -200,7 +201,7 @@ def test_a_stock_index_is_searched_only_as_what_it_is(tmp_path, offline_model, f
 
 
 def test_a_method_never_searches_an_index_of_the_other_flavor(tiny_wp):
-    from bm25aug.experiment import EvalConfig, evaluate
+    from bm25aug.eval.evaluate import EvalConfig, evaluate
 
     ds, wp, flat = tiny_wp
     for method, index in (("bm25-flat", wp), ("bm25-wp", flat), ("bm25-rm3", wp)):
@@ -209,7 +210,7 @@ def test_a_method_never_searches_an_index_of_the_other_flavor(tiny_wp):
 
 
 def test_a_few_stemmed_stopwords_do_not_make_a_flat_index_wp(scifact_flat, tmp_path, caplog):
-    from bm25aug.search import BM25Searcher
+    from bm25aug.search.bm25 import BM25Searcher
 
     stock = tmp_path / "stock.flat"  # SciFact's flat index as Pyserini would have it: no meta.json
     shutil.copytree(scifact_flat, stock, ignore=shutil.ignore_patterns("meta.json", "docids.txt*", "write.lock"))
@@ -224,7 +225,7 @@ def _cased_copy():
     from tokenizers import normalizers
     from transformers import AutoTokenizer
 
-    from bm25aug.tokenization import offline_model_path
+    from bm25aug.model.tokenization import offline_model_path
 
     tok = AutoTokenizer.from_pretrained(offline_model_path(), use_fast=True)
     tok.backend_tokenizer.normalizer = normalizers.BertNormalizer(lowercase=False)
@@ -232,7 +233,7 @@ def _cased_copy():
 
 
 def test_a_wp_index_refuses_a_tokenizer_with_other_casing(tiny_wp):
-    from bm25aug.search import BM25Searcher
+    from bm25aug.search.bm25 import BM25Searcher
 
     _, wp, _ = tiny_wp
     with pytest.raises(UserError, match="normalizes text differently|tokenizer keeps case"):
@@ -241,29 +242,29 @@ def test_a_wp_index_refuses_a_tokenizer_with_other_casing(tiny_wp):
 
 # ------------------------------------------------------------------------------------ 4. cached artefacts
 def test_onnx_export_follows_its_sources_and_its_own_bytes(offline_model, tmp_path):
-    from bm25aug.fast_encoder import load_encoder
+    from bm25aug.model.onnx_encoder import load_encoder
 
     checkpoint = tmp_path / "ckpt"
     offline_model.save_pretrained(checkpoint)
     onnx = checkpoint / "onnx" / "model.int8.onnx"
     query = ["cats and lions in the garden"]
-    expected = load_encoder(checkpoint).encode(query)
+    expected = load_encoder(checkpoint).encode_batch(query)
     with open(onnx, "r+b") as f:  # 4 KB overwritten in the middle of the weights
         f.seek(onnx.stat().st_size // 2)
         f.write(b"\x7f" * 4096)
-    assert load_encoder(checkpoint).encode(query) == expected  # exported again, not read damaged
+    assert load_encoder(checkpoint).encode_batch(query) == expected  # exported again, not read damaged
     onnx.unlink()
-    assert load_encoder(checkpoint).encode(query) == expected  # no traceback: exported again
+    assert load_encoder(checkpoint).encode_batch(query) == expected  # no traceback: exported again
     config = checkpoint / "bm25aug_config.json"
     config.write_text(json.dumps({**json.loads(config.read_text()), "target": "flat"}))
-    flat = load_encoder(checkpoint).encode(query)
+    flat = load_encoder(checkpoint).encode_batch(query)
     fresh = tmp_path / "fresh"  # the edited model, exported from scratch
     shutil.copytree(checkpoint, fresh, ignore=shutil.ignore_patterns("onnx"))
-    assert flat == load_encoder(fresh).encode(query) and "lion" in flat[0] and "lions" in expected[0]
+    assert flat == load_encoder(fresh).encode_batch(query) and "lion" in flat[0] and "lions" in expected[0]
 
 
 def test_a_damaged_id_table_is_not_trusted(tiny_wp, tmp_path):
-    from bm25aug.search import BM25Searcher
+    from bm25aug.search.bm25 import BM25Searcher
 
     _, _, flat = tiny_wp
     copy = tmp_path / "tiny.flat"
@@ -278,8 +279,8 @@ def test_a_damaged_id_table_is_not_trusted(tiny_wp, tmp_path):
 
 
 def test_damaged_caches_and_index_files_are_one_line_errors_or_rebuilt(tiny_wp, tmp_path, offline_model, monkeypatch):
-    from bm25aug import analysis
-    from bm25aug.search import BM25Searcher
+    from bm25aug.lucene import analysis
+    from bm25aug.search.bm25 import BM25Searcher
 
     _, _, flat = tiny_wp
     monkeypatch.setattr(analysis, "CACHE_DIR", tmp_path / "flat_map")
@@ -305,7 +306,7 @@ def test_damaged_caches_and_index_files_are_one_line_errors_or_rebuilt(tiny_wp, 
 
 # -------------------------------------------------------------------------------------- 5. training folders
 def test_a_training_folder_is_claimed_and_settings_checked_before_writing(tmp_path):
-    from bm25aug.training import Trainer
+    from bm25aug.train.trainer import Trainer
 
     broad = "cat dog lions rain pasta telescope sparrows car"  # every query matches every document
     ds = load_dataset(str(write_beir(tmp_path / "tiny", queries={f"q{i}": broad for i in range(1, 9)})))
@@ -348,7 +349,7 @@ def test_a_training_folder_is_claimed_and_settings_checked_before_writing(tmp_pa
 
 
 def test_a_broken_model_config_is_one_line_before_any_index_is_touched(tiny_beir, offline_model, tmp_path):
-    from bm25aug.experiment import EvalConfig, evaluate
+    from bm25aug.eval.evaluate import EvalConfig, evaluate
 
     offline_model.save_pretrained(tmp_path / "ckpt")
     config = tmp_path / "ckpt" / "bm25aug_config.json"
@@ -361,10 +362,10 @@ def test_a_broken_model_config_is_one_line_before_any_index_is_touched(tiny_beir
 
 
 def test_the_layer_a_is_pooled_from_may_be_the_last_of_a_cut_encoder(tmp_path):
-    from bm25aug.model import QueryAugmenter
+    from bm25aug.model.augmenter import QueryAugmenter
 
-    model = QueryAugmenter.from_encoder(layers=0, aug_layer=0)
-    assert "cats" in model.encode(["cats and dogs"])[0]
+    model = QueryAugmenter.from_encoder(target="wp", weight_floor=0.0, layers=0, aug_layer=0)
+    assert "cats" in model.encode("cats and dogs")
     model.config.aug_layer = 5
     model.save_pretrained(tmp_path / "ckpt")
     with pytest.raises(UserError, match="aug_layer 5, but the encoder has 0 layers"):
@@ -373,7 +374,7 @@ def test_the_layer_a_is_pooled_from_may_be_the_last_of_a_cut_encoder(tmp_path):
 
 # -------------------------------------------------------------------------------------- 6. metric semantics
 def test_a_scored_run_file_is_treated_as_a_searched_run(tmp_path):
-    from bm25aug.experiment import EvalConfig, score_run
+    from bm25aug.eval.evaluate import EvalConfig, score_run
 
     root = write_beir(tmp_path / "tiny")
     run = tmp_path / "run.trec"
@@ -392,7 +393,7 @@ def test_a_scored_run_file_is_treated_as_a_searched_run(tmp_path):
 
 
 def test_partial_runs_and_empty_queries_are_warned(tmp_path, caplog):
-    from bm25aug.experiment import EvalConfig, score_run
+    from bm25aug.eval.evaluate import EvalConfig, score_run
 
     root = write_beir(tmp_path / "tiny", queries={"q1": "cat on a mat", "q2": "  "})
     run = tmp_path / "run.trec"
@@ -423,7 +424,7 @@ def test_doc_ids_a_run_file_cannot_hold_are_refused(tmp_path, docid):
 
 # ---------------------------------------------------------------------------------- 7. interrupts, leftovers
 def test_sigint_reaches_python_once_the_jvm_runs():
-    code = ("import os, signal, time\nfrom bm25aug.java import start_jvm\nstart_jvm()\n"
+    code = ("import os, signal, time\nfrom bm25aug.lucene.jvm import start_jvm\nstart_jvm()\n"
             "try:\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(10)\nexcept KeyboardInterrupt:\n"
             "    print('caught')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
@@ -470,7 +471,7 @@ def test_temporaries_of_a_killed_build_are_removed_when_the_index_is_reused(tiny
 
 
 def test_a_full_disk_while_saving_is_an_os_error(tmp_path):
-    code = ("import resource, signal, sys\nfrom bm25aug.model import QueryAugmenter\nm = QueryAugmenter.from_encoder()\n"
+    code = ("import resource, signal, sys\nfrom bm25aug.model.augmenter import QueryAugmenter\nm = QueryAugmenter.from_encoder(target='wp', weight_floor=0.0)\n"
             "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
             "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))  # files stop at 1 MB, as a full disk\n"
             "try:\n    m.save_pretrained(sys.argv[1])\nexcept OSError as e:\n    print('OSError', e.errno)\n")
@@ -496,7 +497,7 @@ def test_bad_values_are_one_line_errors(tmp_path, args, message):
                                           ({"weight_floor": -1}, "--weight-floor -1 is out of range"),
                                           ({"target": "bm42"}, "unknown target 'bm42'"), ({"pooling": 3}, "unknown pooling")])
 def test_a_hand_edited_model_config_is_refused_on_load(offline_model, tmp_path, edit, message):
-    from bm25aug.model import QueryAugmenter
+    from bm25aug.model.augmenter import QueryAugmenter
 
     offline_model.save_pretrained(tmp_path / "ckpt")
     config = tmp_path / "ckpt" / "bm25aug_config.json"
@@ -513,7 +514,7 @@ def test_repeated_judgments_are_counted_in_a_warning(tmp_path, caplog):
 
 
 def test_api_values_are_checked_too(tiny_wp):
-    from bm25aug.search import BM25Searcher
+    from bm25aug.search.bm25 import BM25Searcher
 
     _, _, flat = tiny_wp
     searcher = BM25Searcher(flat)
@@ -559,7 +560,7 @@ def test_a_byte_order_mark_is_not_part_of_the_first_line(tmp_path):
 def test_api_term_lists_and_numpy_depths(tiny_wp):
     import numpy as np
 
-    from bm25aug.search import BM25Searcher
+    from bm25aug.search.bm25 import BM25Searcher
 
     _, _, flat = tiny_wp
     searcher = BM25Searcher(flat)
@@ -570,8 +571,9 @@ def test_api_term_lists_and_numpy_depths(tiny_wp):
 
 
 def test_weights_lucene_cannot_hold_and_bad_eval_flags(tiny_wp):
-    from bm25aug.experiment import EvalConfig
-    from bm25aug.search import BM25Searcher, write_trec_run
+    from bm25aug.eval.evaluate import EvalConfig
+    from bm25aug.search.bm25 import BM25Searcher
+    from bm25aug.search.trec import write_trec_run
 
     _, _, flat = tiny_wp
     for weight in (1e39, -1.0):
@@ -585,7 +587,7 @@ def test_weights_lucene_cannot_hold_and_bad_eval_flags(tiny_wp):
 
 
 def test_eval_run_with_output_and_meta_of_unknown_flavor(tiny_wp, tmp_path):
-    from bm25aug.search import BM25Searcher
+    from bm25aug.search.bm25 import BM25Searcher
 
     ds, _, flat = tiny_wp
     run = tmp_path / "r.trec"
@@ -601,13 +603,13 @@ def test_eval_run_with_output_and_meta_of_unknown_flavor(tiny_wp, tmp_path):
 
 def test_a_stock_index_can_be_the_first_thing_java_opens(tmp_path):
     stock = pyserini_index(tmp_path / "stock.flat")
-    code = "import sys\nfrom bm25aug.search import BM25Searcher\nprint(BM25Searcher(sys.argv[1]).search('cat', 3)[0].docid)\n"
+    code = "import sys\nfrom bm25aug.search.bm25 import BM25Searcher\nprint(BM25Searcher(sys.argv[1]).search('cat', 3)[0].docid)\n"
     out = subprocess.run([sys.executable, "-c", code, str(stock)], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.stdout.strip() == "d1", out.stderr[-2000:]
 
 
 def test_export_top_k_must_be_positive(offline_model):
-    from bm25aug.export import encode_queries
+    from bm25aug.model.encoder import encode_queries
 
     with pytest.raises(UserError, match="--top-k -1 is out of range"):
         encode_queries(offline_model, ["cats"], top_k=-1)
@@ -615,7 +617,7 @@ def test_export_top_k_must_be_positive(offline_model):
 
 def test_huge_k_and_long_or_invalid_queries(tiny_wp, tmp_path):
     from bm25aug.limits import MAX_QUERY_CHARS
-    from bm25aug.search import BM25Searcher
+    from bm25aug.search.bm25 import BM25Searcher
 
     ds, wp, flat = tiny_wp
     for index in (wp, flat):
@@ -636,7 +638,7 @@ def test_huge_k_and_long_or_invalid_queries(tiny_wp, tmp_path):
 
 # -------------------------------------------------------------------------------- 10. the docs' stock-index path
 def test_augmented_eval_on_a_stock_flat_index_without_document_vectors(tiny_beir, tmp_path, flat_model):
-    from bm25aug.experiment import EvalConfig, evaluate
+    from bm25aug.eval.evaluate import EvalConfig, evaluate
 
     flat_model.save_pretrained(tmp_path / "ckpt")
     stock = pyserini_index(tmp_path / "stock.flat")  # Pyserini's indexer stores no document vectors

@@ -1,24 +1,45 @@
-"""reproductions.yaml is the one source of the README's result tables, and its fast subset
-(the exact BM25 baselines) reproduces on every CI run."""
+"""reproductions.yaml and the recorded benchmark runs (docs/data/) are the one source of the
+tables of README.md and docs/, and the fast subset (the exact BM25 baselines) reproduces on every
+CI run."""
 
 import dataclasses
 from pathlib import Path
 
-from bm25aug.reproduce import load_conditions, main, render_readme
+from bm25aug.reproduce.conditions import load_conditions, main
+from bm25aug.reproduce.tables import BENCH_DATA, doc_files, render
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def test_readme_blocks_agree_with_reproductions_yaml():
-    text = README.read_text()
-    assert "<!-- reproductions:scifact -->" in text
-    assert render_readme(text, load_conditions()) == text, "run: python -m bm25aug.reproduce --write-readme"
+def test_every_generated_table_agrees_with_its_data():
+    conditions, blocks = load_conditions(), ""
+    for path in doc_files():
+        text = path.read_text()
+        blocks += "".join(line for line in text.splitlines(keepends=True) if line.startswith("<!-- "))
+        assert render(text, conditions) == text, f"{path}: run python -m bm25aug.reproduce --write-readme"
+    for name in ("headline", "scifact", "targets", "scifact-ablations", "scifact-sweep", "nfcorpus-squad"):
+        assert f"<!-- reproductions:{name} -->" in blocks
+    assert "<!-- bench:speed -->" in blocks and "<!-- bench:scale -->" in blocks
+    assert "<!-- reproductions:headline -->" in README.read_text()
+
+
+def test_changing_a_recorded_benchmark_breaks_the_docs_check(tmp_path, monkeypatch):
+    import json
+
+    from bm25aug.reproduce import tables
+
+    speed = json.loads(BENCH_DATA["speed"].read_text())
+    speed["runs"][0]["paths"]["augmented"]["p50_ms"] += 1
+    (tmp_path / "speed.json").write_text(json.dumps(speed))
+    text = (README.parent / "docs" / "speed.md").read_text()
+    monkeypatch.setitem(tables.BENCH_DATA, "speed", tmp_path / "speed.json")
+    assert render(text, load_conditions()) != text
 
 
 def test_changing_an_expected_value_breaks_the_readme_check():
     conditions = load_conditions()
     conditions[0] = dataclasses.replace(conditions[0], expected={**conditions[0].expected, "ndcg@10": 0.1234})
-    assert render_readme(README.read_text(), conditions) != README.read_text()
+    assert render(README.read_text(), conditions) != README.read_text()
 
 
 def test_fast_conditions_reproduce(data_dir, tmp_path):
@@ -49,7 +70,7 @@ conditions:
 
 
 def test_record_writes_this_runs_values_and_keeps_the_file_as_it_was_written(tmp_path):
-    from bm25aug.reproduce import record
+    from bm25aug.reproduce.conditions import record
 
     path = tmp_path / "r.yaml"
     path.write_text(YAML)
@@ -67,7 +88,7 @@ def test_record_refuses_when_an_exact_baseline_moved(tmp_path):
     import pytest
 
     from bm25aug.errors import UserError
-    from bm25aug.reproduce import record
+    from bm25aug.reproduce.conditions import record
 
     path = tmp_path / "r.yaml"
     path.write_text(YAML)

@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from bm25aug.errors import UserError
-from bm25aug.training import TrainConfig, Trainer, resolve_device
+from bm25aug.train.arguments import TrainConfig
+from bm25aug.train.trainer import resolve_device
+from bm25aug.train.trainer import Trainer
 
 N_DISTRACTORS = 600
 
@@ -38,8 +40,8 @@ def write_dpr(root, distractors: int = N_DISTRACTORS):
 
 @pytest.fixture(scope="module")
 def dpr_set(tmp_path_factory):
-    from bm25aug.data import load_dataset
-    from bm25aug.index import ensure_index
+    from bm25aug.data.registry import load_dataset
+    from bm25aug.lucene.index import ensure_index
 
     root = tmp_path_factory.mktemp("dpr")
     ds = load_dataset(str(write_dpr(root / "qa")))
@@ -79,7 +81,7 @@ def test_both_negative_sources_train(dpr_set, tmp_path, negatives):
 def test_training_and_evaluation_read_only_what_they_need(dpr_set, tmp_path, monkeypatch):
     """Rows read by training and passage texts fetched by mining and evaluation, against the
     corpus size: both are bounded by the documents touched, not by the corpus."""
-    from bm25aug.corpus import Corpus
+    from bm25aug.data.corpus import Corpus
 
     ds, wp = dpr_set
     fetched = []

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from bm25aug.errors import UserError
-from bm25aug.search import BM25Searcher, read_trec_run, write_trec_run
+from bm25aug.search.bm25 import BM25Searcher
+from bm25aug.search.trec import read_trec_run, write_trec_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -104,15 +105,16 @@ def test_scifact_run_file_rescoring(method, scifact, tmp_path):
 def test_augmented_term_lists_leave_out_terms_the_index_lacks(tiny_wp, flat_model):
     """Proposed terms no document has are dropped (they match nothing): the ranking is the
     exported list's, and ``added`` shows only terms that can score."""
-    from bm25aug.export import encode_queries
-    from bm25aug.search import AugmentedSearcher, BM25Searcher
+    from bm25aug.model.encoder import encode_queries
+    from bm25aug.search.augmented import AugmentedSearcher
+    from bm25aug.search.bm25 import BM25Searcher
 
     _, _, flat = tiny_wp
     searcher = BM25Searcher(flat)
     augmented = AugmentedSearcher(flat_model, searcher)
     query = "big cats and lions"
     exported = encode_queries(flat_model, [query], progress=False)[0]
-    terms = augmented.term_lists([query])[0]
+    terms = augmented.term_list(query)
     lacking = exported.keys() - terms.keys()
     assert lacking and all(searcher.index.doc_freq(t) == 0 for t in lacking)
     assert all(searcher.index.doc_freq(t) > 0 for t in terms)

@@ -7,7 +7,9 @@ import shutil
 import pytest
 
 from bm25aug.cli import main
-from bm25aug.search import AugmentedSearcher, BM25Searcher, read_trec_run
+from bm25aug.search.augmented import AugmentedSearcher
+from bm25aug.search.bm25 import BM25Searcher
+from bm25aug.search.trec import read_trec_run
 from test_stock_index import pyserini_index
 
 QUERIES = {"q1": "cat on a mat", "q2": "dog barking", "q3": "big cats lions"}
@@ -40,7 +42,7 @@ def test_a_query_file_becomes_the_run_of_batch_search(tiny_wp, tmp_path, suffix,
 
 
 def test_a_prebuilt_index_name_is_found_in_pyserinis_cache(tmp_path, monkeypatch, capsys):
-    from bm25aug.java import start_jvm
+    from bm25aug.lucene.jvm import start_jvm
 
     start_jvm()
     from pyserini.prebuilt_index_info import TF_INDEX_INFO

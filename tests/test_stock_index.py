@@ -9,8 +9,8 @@ from conftest import TINY_DOCS
 
 def pyserini_index(path, tokenizer=None):
     """Index the tiny corpus with Pyserini's programmatic indexer (flat, or pretokenized wp)."""
-    from bm25aug.java import start_jvm
-    from bm25aug.tokenization import untruncated
+    from bm25aug.lucene.jvm import start_jvm
+    from bm25aug.model.tokenization import untruncated
 
     start_jvm()
     from pyserini.index.lucene import LuceneIndexer
@@ -27,7 +27,8 @@ def pyserini_index(path, tokenizer=None):
 
 
 def test_stock_flat_index_searched_by_both_classes(tiny_wp, tmp_path, flat_model):
-    from bm25aug.search import AugmentedSearcher, BM25Searcher
+    from bm25aug.search.augmented import AugmentedSearcher
+    from bm25aug.search.bm25 import BM25Searcher
 
     _, _, ours = tiny_wp
     stock = pyserini_index(tmp_path / "stock.flat")
@@ -44,7 +45,8 @@ def test_stock_flat_index_searched_by_both_classes(tiny_wp, tmp_path, flat_model
 
 def test_stock_wp_index_needs_its_tokenizer(tiny_wp, tmp_path, offline_model):
     from bm25aug.errors import UserError
-    from bm25aug.search import AugmentedSearcher, BM25Searcher
+    from bm25aug.search.augmented import AugmentedSearcher
+    from bm25aug.search.bm25 import BM25Searcher
 
     _, ours, _ = tiny_wp
     stock = pyserini_index(tmp_path / "stock.wp", offline_model.tokenizer)

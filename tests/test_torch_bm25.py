@@ -1,9 +1,9 @@
 import numpy as np
 import torch
 
-from bm25aug.java import jclass
-from bm25aug.search import BM25Searcher
-from bm25aug.torch_bm25 import BM25Params, TorchBM25, byte4_to_int, int_to_byte4
+from bm25aug.lucene.jvm import jclass
+from bm25aug.search.bm25 import BM25Searcher
+from bm25aug.train.torch_bm25 import BM25Params, TorchBM25, byte4_to_int, int_to_byte4
 
 
 def test_smallfloat_port_matches_lucene():
@@ -16,7 +16,7 @@ def test_smallfloat_port_matches_lucene():
 
 def lucene_raw_scores(index_dir, terms: dict[str, float], k: int) -> tuple[list[str], np.ndarray]:
     """Scores straight from Lucene's IndexSearcher (Anserini rounds its hits to 4 decimals)."""
-    from bm25aug.lucene import LuceneIndex
+    from bm25aug.lucene.reader import LuceneIndex
 
     index = LuceneIndex(index_dir)
     docs, scores = index._top(index.weighted_query(terms), k)
@@ -36,7 +36,7 @@ def _compare(index_dir, tokenizer, terms: dict[str, float], k: int = 200) -> flo
 
 
 def test_torch_scores_equal_lucene_tiny(tiny_wp):
-    from bm25aug.tokenization import load_tokenizer
+    from bm25aug.model.tokenization import load_tokenizer
 
     _, wp, _ = tiny_wp
     assert _compare(wp, load_tokenizer(), {"cat": 1.0, "the": 0.5, "lions": 2.25}) < 1e-4
@@ -44,7 +44,7 @@ def test_torch_scores_equal_lucene_tiny(tiny_wp):
 
 def test_torch_scores_equal_lucene_on_scifact(scifact, scifact_wp):
     """Weighted queries (real query terms plus added ones) on the real SciFact wp index."""
-    from bm25aug.tokenization import load_tokenizer
+    from bm25aug.model.tokenization import load_tokenizer
 
     tok = load_tokenizer()
     searcher = BM25Searcher(scifact_wp, tokenizer=tok)

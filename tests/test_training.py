@@ -5,7 +5,9 @@ import json
 import pytest
 
 from bm25aug.errors import UserError
-from bm25aug.training import TrainConfig, Trainer
+from bm25aug.train.arguments import TrainConfig
+from bm25aug.train.callbacks import WeightAverage
+from bm25aug.train.trainer import Trainer
 
 
 def tiny_config(out, **kw):
@@ -37,7 +39,7 @@ def test_train_then_resume(tiny_wp, tmp_path):
 def test_flat_target_trains_calibrates_its_gate_and_old_runs_resume(tiny_wp, tmp_path):
     """The default target (flat) trains on a flat index; after training, best/ carries the gate;
     a run saved before targets existed resumes as the wp run it was."""
-    from bm25aug.model import QueryAugmenter
+    from bm25aug.model.augmenter import QueryAugmenter
 
     ds, wp, flat = tiny_wp
     out = tmp_path / "flat"
@@ -95,7 +97,7 @@ def test_off_positive_penalty_charges_terms_outside_the_relevant_documents(tiny_
     documents; every other entry costs at least the off-positive penalty."""
     import torch
 
-    from bm25aug.analysis import analyze
+    from bm25aug.lucene.analysis import analyze
 
     ds, _, flat = tiny_wp
     trainer = Trainer(tiny_config(tmp_path / "r", target="flat", weight_floor=1.0, off_positive_penalty=1.0), ds, flat)
@@ -123,19 +125,19 @@ def test_weight_average_is_what_dev_checks_and_best_see_and_it_resumes(tiny_wp, 
     resumed run continues the same average."""
     import torch
 
-    from bm25aug.model import QueryAugmenter
+    from bm25aug.model.augmenter import QueryAugmenter
 
     ds, wp, _ = tiny_wp
     out = tmp_path / "ema"
     trainer = Trainer(tiny_config(out, ema_decay=0.9), ds, wp)
     trainer.train()  # one epoch: best/ is that epoch's check
     best, last = (dict(QueryAugmenter.from_pretrained(out / d).named_parameters()) for d in ("best", "last"))
-    assert all(torch.equal(best[n], trainer.average.shadow[n]) for n in best)
+    assert all(torch.equal(best[n], trainer.callback(WeightAverage).shadow[n]) for n in best)
     assert not all(torch.equal(best[n], last[n]) for n in best)
     resumed = Trainer(tiny_config(out, ema_decay=0.9, epochs=2), ds, wp, resume=True)
     resumed._load_state()
-    assert resumed.average.updates == trainer.average.updates
-    assert all(torch.equal(resumed.average.shadow[n], trainer.average.shadow[n]) for n in best)
+    assert resumed.callback(WeightAverage).updates == trainer.callback(WeightAverage).updates
+    assert all(torch.equal(resumed.callback(WeightAverage).shadow[n], trainer.callback(WeightAverage).shadow[n]) for n in best)
 
 
 def test_flops_charges_one_word_proposed_for_every_query_more_than_distinct_words(tiny_wp, tmp_path):
@@ -159,8 +161,8 @@ def test_flops_charges_one_word_proposed_for_every_query_more_than_distinct_word
 def test_a_model_that_does_not_beat_bm25_on_dev_is_served_as_plain_bm25(tiny_wp, tmp_path):
     """At a significance level no tiny run can reach, best/ becomes plain BM25 (w ≡ 1, a ≡ 0): its
     term lists are the query's own flat terms, and selection.json says why."""
-    from bm25aug.model import QueryAugmenter
-    from bm25aug.search import BM25Searcher
+    from bm25aug.model.augmenter import QueryAugmenter
+    from bm25aug.search.bm25 import BM25Searcher
 
     ds, _, flat = tiny_wp
     out = tmp_path / "plain"
@@ -171,7 +173,7 @@ def test_a_model_that_does_not_beat_bm25_on_dev_is_served_as_plain_bm25(tiny_wp,
     assert not model.config.use_weights and not model.config.use_augmentation
     searcher = BM25Searcher(flat)
     for query in ("cats and a mat", "dogs barking at the mailman"):
-        assert model.encode([query])[0] == searcher.query_terms(query)
+        assert model.encode(query) == searcher.query_terms(query)
     Trainer(tiny_config(tmp_path / "off", target="flat", weight_floor=1.0, significance=0.0), ds, flat).train()
     assert not (tmp_path / "off" / "selection.json").exists()
 
@@ -183,7 +185,7 @@ def test_a_student_learns_to_match_its_teachers_scores(tiny_wp, tmp_path):
     teacher for another target is a one-line error."""
     import torch
 
-    from bm25aug.model import QueryAugmenter
+    from bm25aug.model.augmenter import QueryAugmenter
 
     ds, wp, flat = tiny_wp
     teacher = tmp_path / "teacher"
@@ -222,7 +224,7 @@ def test_centered_init_is_centered_on_the_training_queries(tiny_wp, tmp_path):
     out = tmp_path / "centered"
     trainer = Trainer(tiny_config(out, aug_init="centered"), ds, wp)
     expected = trainer.model.aug_head.bias.detach().clone()
-    reference = type(trainer.model).from_encoder(target="wp", aug_init="centered")
+    reference = type(trainer.model).from_encoder(target="wp", weight_floor=0.0, aug_init="centered")
     reference.center_aug_head([e.query for e in trainer.examples])
     assert torch.allclose(expected, reference.aug_head.bias, atol=1e-5) and expected.std() > 0.01
     trainer.train()
@@ -241,15 +243,15 @@ def test_random_negatives_price_added_words_found_outside_the_batch(tiny_wp, tmp
     ds, _, flat = tiny_wp
     trainer = Trainer(tiny_config(tmp_path / "r", target="flat", weight_floor=1.0, random_negatives=8), ds, flat)
     seen = {}
-    score = trainer._loss
+    score = trainer.compute_loss
 
     def spy(qb, w, a, rows, mask, relevant=None):
         seen.update(rows=list(rows), mask=mask)
         return score(qb, w, a, rows, mask, relevant)
 
-    trainer._loss = spy
+    trainer.compute_loss = spy
     batch = trainer.examples[:2]
-    trainer._step(batch, random.Random(0))
+    trainer.training_step(batch, random.Random(0))
     rows, mask = seen["rows"], seen["mask"]
     assert len(rows) == 2 + 2 + 8 and sorted(rows[4:]) == list(range(8))  # all 8 documents, once each
     for i, example in enumerate(batch):
@@ -284,8 +286,8 @@ def test_random_draws_are_the_same_documents_whatever_order_the_index_was_built_
     clone train a different default model."""
     import random
 
-    from bm25aug.data import load_dataset
-    from bm25aug.index import ensure_index
+    from bm25aug.data.registry import load_dataset
+    from bm25aug.lucene.index import ensure_index
     from conftest import TINY_DOCS, write_beir
 
     ds, _, flat = tiny_wp
@@ -295,14 +297,14 @@ def test_random_draws_are_the_same_documents_whatever_order_the_index_was_built_
     for name, (dataset, index) in {"a": (ds, flat), "b": (reversed_ds, reversed_flat)}.items():
         trainer = Trainer(tiny_config(tmp_path / name, target="flat", random_negatives=3), dataset, index)
         seen = {}
-        score = trainer._loss
+        score = trainer.compute_loss
 
         def spy(qb, w, a, rows, mask, relevant=None, score=score, seen=seen):
             seen["rows"] = list(rows)
             return score(qb, w, a, rows, mask, relevant)
 
-        trainer._loss = spy
-        trainer._step(trainer.examples[:2], random.Random(0))
+        trainer.compute_loss = spy
+        trainer.training_step(trainer.examples[:2], random.Random(0))
         drawn.append((list(trainer.bm25.docids), [trainer.bm25.docids[r] for r in seen["rows"]]))
     (numbering_a, docs_a), (numbering_b, docs_b) = drawn
     assert numbering_a != numbering_b  # the two builds do number the documents differently

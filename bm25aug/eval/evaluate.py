@@ -1,0 +1,309 @@
+"""One place that runs an evaluation: ``eval.py``, ``bm25aug.reproduce.conditions`` and Python users call it.
+
+A method is an entry in ``METHODS``: the index flavor it searches, how its searcher is made, and
+the methods to run beside it (``augmented`` brings both BM25 baselines, so that its latency and
+quality ratios compare like with like, in one process). Adding a method is adding an entry.
+
+    from bm25aug.eval.evaluate import EvalConfig, evaluate
+    result = evaluate(EvalConfig(dataset="scifact", method="bm25-flat"))
+    print(result.table()); result.metrics["bm25-flat"]["ndcg@10"]
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from bm25aug.errors import UserError
+from bm25aug.lucene.reader import B, K1
+from bm25aug.limits import RUNTIMES, check_all, check_choice
+
+log = logging.getLogger(__name__)
+# Relative to the working directory unless set, like Pyserini's indexes/ and runs/.
+CHECKPOINT_ROOT = Path(os.environ.get("BM25AUG_CHECKPOINT_ROOT", "checkpoints"))
+
+
+@dataclass
+class EvalConfig:
+    """What to evaluate; the defaults are Pyserini's BEIR settings."""
+
+    dataset: str
+    method: str = "bm25-wp"
+    split: str | None = None  # default: the dataset's evaluation split
+    checkpoint: str | None = None  # augmented: a model dir or a train.py output dir
+    transfer: bool = False  # zero-shot: without a checkpoint, use the dataset's default source model
+    k: int | None = None  # hits per query (default 1000; 100 for QA)
+    k1: float = K1
+    b: float = B
+    runtime: str = "onnx-int8"  # the query encoder's runtime (augmented)
+    aug_gate: int | None = None  # override the checkpoint's augmentation gate (0: off)
+    index_root: str | None = None
+    data_dir: str | None = None
+    threads: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))  # index builds
+    index: str | None = None  # search this index (a stock Pyserini/Anserini one too) instead of building one
+    tokenizer: str | None = None  # the WordPiece tokenizer a stock wp ``index`` was built with
+    remove_query: bool | None = None  # drop hits whose docid is the query id; None: the dataset's default
+    companions: bool = True  # run the method's companions (baselines) beside it
+
+    def __post_init__(self) -> None:
+        check_all(self)
+        for name, allowed in (("transfer", (bool,)), ("companions", (bool,)), ("remove_query", (bool, type(None)))):
+            if not isinstance(getattr(self, name), allowed):
+                raise UserError(f"{name} must be true or false, not {getattr(self, name)!r}; fix: pass a bool")
+        check_choice("query encoder runtime", self.runtime, RUNTIMES)
+
+
+@dataclass(frozen=True)
+class Method:
+    """A registry entry: ``searcher(index, config, checkpoint)`` returns an object with
+    ``search_arrays`` and ``hits`` (``BM25Searcher``, ``AugmentedSearcher``)."""
+
+    name: str
+    flavor: str  # the index it searches; "target": the checkpoint's (wp or flat)
+    searcher: Callable
+    needs_checkpoint: bool = False
+    companions: tuple[str, ...] = ()
+
+
+def _bm25(flavor: str):
+    def make(index: Path, config: EvalConfig, checkpoint: Path | None):
+        from bm25aug.search.bm25 import BM25Searcher
+
+        return BM25Searcher(index, config.k1, config.b, tokenizer=config.tokenizer if config.index else None,
+                            flavor=flavor)
+
+    return make
+
+
+def _expansion(name: str):
+    def make(index: Path, config: EvalConfig, checkpoint: Path | None):
+        from bm25aug.search.peers import ExpansionSearcher
+
+        return ExpansionSearcher(index, name, config.k1, config.b)
+
+    return make
+
+
+def _augmented(index: Path, config: EvalConfig, checkpoint: Path | None):
+    from bm25aug.search.augmented import AugmentedSearcher
+
+    return AugmentedSearcher.from_pretrained(checkpoint, index, config.k1, config.b, runtime=config.runtime,
+                                             aug_gate=config.aug_gate)
+
+
+METHODS: dict[str, Method] = {m.name: m for m in (
+    Method("bm25-flat", "flat", _bm25("flat")),
+    Method("bm25-wp", "wp", _bm25("wp")),
+    Method("bm25-rm3", "flat", _expansion("rm3")),  # Pyserini's RM3, default parameters
+    Method("bm25-rocchio", "flat", _expansion("rocchio")),  # Pyserini's Rocchio, default parameters
+    Method("augmented", "target", _augmented, needs_checkpoint=True,
+           companions=("bm25-flat", "bm25-wp", "bm25-rm3", "bm25-rocchio")),
+)}
+
+
+@dataclass
+class EvalResult:
+    """Metrics and runs per method (the asked-for method first), and where they came from."""
+
+    config: EvalConfig
+    dataset: str
+    split: str
+    method: str
+    checkpoint: Path | None
+    metrics: dict[str, dict]
+    runs: dict[str, dict]
+    remove_query: bool = False  # hits whose docid is the query id were dropped before scoring
+
+    def table(self) -> str:
+        return format_table(self.metrics)
+
+    def summary(self) -> dict:
+        """The asked-for method's metrics, the companions' p50 and main metric beside them, and
+        every method's full metrics under ``methods`` (``--json-out``)."""
+        out = dict(self.metrics[self.method], method=self.method, dataset=self.dataset, split=self.split,
+                   checkpoint=str(self.checkpoint) if self.checkpoint else None, remove_query=self.remove_query)
+        main_metric = "acc@5" if "acc@5" in out else "ndcg@10"
+        for name in [m for m in METHODS[self.method].companions if m in self.metrics]:
+            key = name.replace("-", "_")
+            out.update({f"latency_ms_p50_{key}": self.metrics[name]["latency_ms_p50"],
+                        f"{main_metric}_{key}": self.metrics[name][main_metric]})
+        out["methods"] = self.metrics
+        return out
+
+
+def index_flavor(method: Method, checkpoint: Path | None) -> str:
+    """The index flavor ``method`` searches (for augmented: the one its checkpoint was trained for)."""
+    from bm25aug.model.augmenter import AugmenterConfig
+
+    if method.flavor != "target":
+        return method.flavor
+    return AugmenterConfig.load(checkpoint).target
+
+
+def resolve_checkpoint(path: str | None, dataset_name: str, transfer: bool) -> Path:
+    """``--checkpoint`` (a model dir or a train.py output dir), else ``checkpoints/<source>/best``."""
+    from bm25aug.data.registry import REGISTRY
+    from bm25aug.model.augmenter import CONFIG_NAME
+
+    if path:
+        p = Path(path)
+        p = p / "best" if (p / "best").is_dir() else p
+        if not (p / CONFIG_NAME).exists():
+            raise UserError(f"{p} is not a bm25aug checkpoint (no {CONFIG_NAME}); fix: pass the directory "
+                            f"written by `python train.py` (e.g. checkpoints/<dataset>/best)")
+        return p
+    source = (REGISTRY[dataset_name].transfer_source if transfer and dataset_name in REGISTRY else dataset_name)
+    if source is None:
+        raise UserError(f"{dataset_name} has no default transfer source; fix: pass --checkpoint DIR")
+    default = CHECKPOINT_ROOT / source / "best"
+    if not default.is_dir():
+        raise UserError(f"no trained model at {default}; fix: run `python train.py --dataset {source}` "
+                        f"or pass --checkpoint DIR")
+    return default
+
+
+def timed_run(search, queries: dict[str, str], warmup: int = 10) -> tuple[dict, np.ndarray]:
+    """Search query by query on one thread, timing each (model inference included). ``search``
+    is a searcher's array path (``search_arrays``): what Lucene and the model cost, not the
+    building of Python hit objects."""
+    from bm25aug.progress import progress
+
+    for q in list(queries.values())[:warmup]:
+        search(q)
+    run, latencies = {}, []
+    for qid, q in progress(queries.items(), desc="search", unit="q", leave=False):
+        start = time.perf_counter()
+        run[qid] = search(q)
+        latencies.append(time.perf_counter() - start)
+    return run, np.asarray(latencies) * 1000
+
+
+def run_method(method: Method, config: EvalConfig, dataset, split, k: int, checkpoint: Path | None,
+               remove_query: bool = False, index: Path | None = None) -> tuple[dict, dict]:
+    """Metrics (quality, p50/p95 latency; for augmented, added terms and their precision) and the
+    run of one method. ``index``: search it instead of the dataset's own (built when missing)."""
+    from bm25aug.lucene.doc_terms import DocTermReader
+    from bm25aug.eval.metrics import added_term_precision, evaluate_split
+    from bm25aug.lucene.index import ensure_index, verify_index
+    from bm25aug.search.augmented import AugmentedSearcher
+    from bm25aug.search.bm25 import mean_added_terms
+
+    given = index is not None
+    index = index or ensure_index(dataset, index_flavor(method, checkpoint), config.index_root, threads=config.threads)
+    searcher = method.searcher(index, config, checkpoint)
+    if given:
+        verify_index(index, dataset, searcher.docids)
+    extra = {}
+    if isinstance(searcher, AugmentedSearcher):
+        texts = list(split.queries.values())
+        terms = [searcher.term_list(t) for t in texts]
+        extra = {"aug_terms_mean": mean_added_terms(searcher.bm25, texts, terms),
+                 "query_terms_mean": float(np.mean([len(v) for v in terms])) if terms else 0.0}
+        if not dataset.is_qa and DocTermReader(searcher.bm25.index, searcher.bm25.meta.flavor == "wp").readable:
+            extra.update(added_term_precision(searcher.bm25, dict(zip(split.queries, terms)), split))
+        elif not dataset.is_qa:
+            log.info("%s stores no document vectors, so the added terms' precision is not measured (a stock index "
+                     "needs none to search)", index)
+    tops, lat = timed_run(lambda q: searcher.search_arrays(q, k), split.queries)
+    run = {qid: searcher.hits(top) for qid, top in tops.items()}
+    if remove_query:
+        run = drop_query_hits(run)
+    metrics = evaluate_split(run, split, dataset.corpus)
+    metrics.update(latency_ms_p50=float(np.percentile(lat, 50)), latency_ms_p95=float(np.percentile(lat, 95)), **extra)
+    return metrics, run
+
+
+def drop_query_hits(run: dict[str, list]) -> dict[str, list]:
+    """The run without hits whose docid is the query id (Anserini's -removeQuery, Pyserini's BEIR
+    regressions on ArguAna and Quora), for searched and scored run files alike."""
+    return {qid: [h for h in hits if h.docid != qid] for qid, hits in run.items()}
+
+
+def evaluate(config: EvalConfig) -> EvalResult:
+    """Run ``config.method`` (and its companions) on the dataset's split, one query at a time."""
+    import torch
+
+    from bm25aug.data.registry import load_dataset
+
+    if config.method not in METHODS:
+        raise UserError(f"unknown method {config.method!r}; fix: use one of {', '.join(METHODS)}")
+    torch.set_num_threads(1)  # latency is per query, single thread, model included
+    dataset = load_dataset(config.dataset, config.data_dir)
+    split_name = dataset.spec.eval_split if config.split is None else config.split
+    split = dataset.split(split_name)
+    method = METHODS[config.method]
+    checkpoint = resolve_checkpoint(config.checkpoint, dataset.name, config.transfer) if method.needs_checkpoint else None
+    k = config.k or (100 if dataset.is_qa else 1000)
+    remove_query = dataset.spec.remove_query if config.remove_query is None else config.remove_query
+    metrics, runs = {}, {}
+    for name in (method.name, *(method.companions if config.companions else ())):
+        log.info("evaluating %s on %s/%s (%d queries)", name, dataset.name, split_name, len(split.queries))
+        index = Path(config.index) if config.index and name == method.name else None
+        metrics[name], runs[name] = run_method(METHODS[name], config, dataset, split, k, checkpoint,
+                                               remove_query, index)
+    return EvalResult(config, dataset.name, split_name, method.name, checkpoint, metrics, runs, remove_query)
+
+
+def score_run(config: EvalConfig, run_file: str | Path) -> dict:
+    """Metrics of an existing TREC run file on the dataset's split, scored as a searched run is
+    (``remove_query`` included). A run with no hits, or none for the split's queries, is an error:
+    it would score 0 as if it had been searched."""
+    from bm25aug.data.registry import load_dataset
+    from bm25aug.eval.metrics import evaluate_split
+    from bm25aug.search.trec import read_trec_run
+
+    dataset = load_dataset(config.dataset, config.data_dir)
+    split_name = dataset.spec.eval_split if config.split is None else config.split
+    split = dataset.split(split_name)
+    run = read_trec_run(run_file)
+    if not any(run.values()):
+        raise UserError(f"{run_file} holds no hits; fix: pass a TREC run file ('qid Q0 docid rank score tag' lines)")
+    if not any(q in split.queries for q in run):
+        raise UserError(f"none of the {len(run)} queries of {run_file} is a query of {dataset.name}/{split_name} "
+                        f"(e.g. {next(iter(run))!r}); fix: pass the --dataset and --split the run was made for")
+    if missing := sum(1 for q in split.queries if not run.get(q)):
+        log.warning("%s has no hits for %d of the %d queries of %s/%s; they score 0", run_file, missing,
+                    len(split.queries), dataset.name, split_name)
+    if dataset.spec.remove_query if config.remove_query is None else config.remove_query:
+        run = drop_query_hits(run)
+    return evaluate_split(run, split, dataset.corpus)
+
+
+def inputs(config: EvalConfig, run_file: str | Path | None = None) -> dict[str, Path | None]:
+    """What an evaluation reads, which no output may overwrite or write into: the dataset folder,
+    the index folders it may search or build, the model and a run file."""
+    from bm25aug.data.registry import load_dataset
+    from bm25aug.lucene.index import FLAVORS, index_path
+
+    dataset = load_dataset(config.dataset, config.data_dir)
+    model = None
+    if config.method in METHODS and METHODS[config.method].needs_checkpoint and not run_file:
+        try:
+            model = resolve_checkpoint(config.checkpoint, dataset.name, config.transfer)
+        except UserError:
+            pass  # reported when the evaluation asks for it
+    found = {"the dataset": dataset.path, "--index": Path(config.index) if config.index else None,
+             "--checkpoint": Path(config.checkpoint) if config.checkpoint else None, "the model": model,
+             "--run": Path(run_file) if run_file else None}
+    for flavor in FLAVORS:
+        path = index_path(dataset.name, flavor, config.index_root)
+        found.update({f"the {flavor} index": path, f"the {flavor} index's lock": path.parent / f".{path.name}.lock"})
+    return found
+
+
+def format_table(results: dict[str, dict]) -> str:
+    keys = [k for k in ("ndcg@10", "recall@100", "recall_cap@100", "mrr@10", "map", "acc@1", "acc@5", "acc@20",
+                        "acc@100", "latency_ms_p50", "latency_ms_p95", "aug_terms_mean", "added_precision_weight")
+            if any(k in m for m in results.values())]
+    width = {k: max(15, len(k) + 2) for k in keys}
+    header = f"{'method':<14}" + "".join(f"{k:>{width[k]}}" for k in keys)
+    rows = [header, "-" * len(header)]
+    for method, m in results.items():
+        rows.append(f"{method:<14}" + "".join(f"{m[k]:>{width[k]}.4f}" if k in m else f"{'-':>{width[k]}}" for k in keys))
+    return "\n".join(rows)

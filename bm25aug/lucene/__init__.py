@@ -1,0 +1,1 @@
+"""Lucene through Pyserini's Anserini jar: the JVM, index building, a fast reader and the analyzer."""

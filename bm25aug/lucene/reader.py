@@ -1,0 +1,369 @@
+"""A thin layer over a Lucene index: open it, build queries in Java, get top-k back as arrays.
+
+Pyserini's searcher loads a stored document and wraps a Java object for every hit, which costs
+about 15x the search itself. Here the only per-query crossings into Java are building the query
+(one string, parsed in Java), the search, and one byte array with every hit (a ``MethodHandle`` that runs the search and packs
+its ScoreDocs in Java, so that no Java object per hit reaches Python). External ids come from a table read once per index.
+
+Results equal Pyserini's exactly. Anserini searches with ties broken by the external id, rounds
+each score to 4 decimals and then lowers the k-th of a run of equal rounded scores by k·1e-6 so
+that every evaluation tool keeps its order (``ScoreTiesAdjusterReranker``); ``anserini_order`` and
+``anserini_scores`` do the same in numpy, in float32 as Java does.
+
+Threads: pyjnius stores the target object on a method shared by all instances of a class, so two
+threads calling the same method on different objects can swap targets (pyjnius #287, #563). Every
+call here holds ``JNI_LOCK`` except the search, which goes through one ``MethodHandle`` per
+process, and the flat query generator, one instance per process: their targets never change, so Lucene runs
+without the lock (and without the GIL) and batch search scales with threads.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bm25aug.errors import UserError
+from bm25aug.io import atomic_write_text, derived_ok, digest, record_derived, source_key
+from bm25aug.lucene.jvm import JNI_LOCK, jclass
+from bm25aug.limits import check
+
+FIELD = "contents"
+ID_FIELD = "id"
+DOCIDS_FILE = "docids.txt"
+K1, B = 0.9, 0.4  # BM25 as Anserini's BEIR regressions run it: the default everywhere
+TIE_MARGIN = 16  # extra hits fetched so a tie across the k-th place can be resolved by external id
+_SPECIAL = re.compile(r'([\\+\-!():^\[\]"{}~*?|&/\s])')
+_KEYWORDS = {"AND", "OR", "NOT"}
+
+
+class _Java:
+    """Process-wide Java objects, resolved once (see the module docstring for why singletons)."""
+
+    def __init__(self):
+        with JNI_LOCK:
+            cls = jclass("java.lang.Class")
+            self.Integer = jclass("java.lang.Integer")
+            self.QueryParser = jclass("org.apache.lucene.queryparser.classic.QueryParser")
+            self.whitespace = jclass("org.apache.lucene.analysis.core.WhitespaceAnalyzer")()
+            self.bag_of_words = jclass("io.anserini.search.query.BagOfWordsQueryGenerator")()
+            self.english = jclass("io.anserini.index.IndexCollection").DEFAULT_ANALYZER
+            self.search = _search_handle(cls, self.Integer.TYPE)
+            # Whether each unlocked call has run once under the lock (which resolves its classes).
+            self.search_warm = self.analyzed_warm = False
+            self.BM25 = jclass("org.apache.lucene.search.similarities.BM25Similarity")
+        self._integers: dict[int, object] = {}
+        self._parsers: dict[str, object] = {}
+
+    def parser(self, field: str):
+        """Lucene's classic ``QueryParser`` on ``field`` with the whitespace analyzer, made once per
+        field (half the cost of a parse was making the parser). It is not thread-safe: call it,
+        and use what it returns, under ``JNI_LOCK``."""
+        if (parser := self._parsers.get(field)) is None:
+            parser = self._parsers[field] = self.QueryParser(field, self.whitespace)
+        return parser
+
+    def integer(self, n: int):
+        """A ``java.lang.Integer``, made once per value (search asks for the same few depths)."""
+        boxed = self._integers.get(n)
+        if boxed is None:
+            with JNI_LOCK:
+                boxed = self._integers.setdefault(n, self.Integer(n))
+        return boxed
+
+
+def _search_handle(cls, int_type):
+    """One ``MethodHandle`` for ``searcher.search(query, n).scoreDocs`` packed into a ``byte[]``
+    of big-endian (int doc, float score) pairs, built from ``java.lang.invoke`` combinators alone
+    (no Java source to compile): pyjnius then hands over one byte array instead of wrapping a
+    Java object per hit."""
+    h, mt = jclass("java.lang.invoke.MethodHandles"), jclass("java.lang.invoke.MethodType")
+    lookup = h.publicLookup()
+    jint, jfloat = int_type, jclass("java.lang.Float").TYPE
+    score_doc, score_docs = cls.forName("org.apache.lucene.search.ScoreDoc"), cls.forName("[Lorg.apache.lucene.search.ScoreDoc;")
+    top_docs, math, buffer = cls.forName("org.apache.lucene.search.TopDocs"), cls.forName("java.lang.Math"), cls.forName("java.nio.ByteBuffer")
+    integer = jclass("java.lang.Integer")
+    # pyjnius passes a Java varargs parameter as separate Python arguments.
+    times_eight = h.insertArguments(lookup.findStatic(math, "multiplyExact", mt.methodType(jint, [jint, jint])), 1, integer(8))
+    plus_four = h.insertArguments(lookup.findStatic(math, "addExact", mt.methodType(jint, [jint, jint])), 1, integer(4))
+    length = h.arrayLength(score_docs)
+    allocate = h.filterReturnValue(h.filterReturnValue(length, times_eight),
+                                   lookup.findStatic(buffer, "allocate", mt.methodType(buffer, [jint])))
+    element = h.arrayElementGetter(score_docs)
+    doc = h.filterReturnValue(element, lookup.findGetter(score_doc, "doc", jint))
+    score = h.filterReturnValue(element, lookup.findGetter(score_doc, "score", jfloat))
+    put_int = lookup.findVirtual(buffer, "putInt", mt.methodType(buffer, [jint, jint]))
+    put_float = lookup.findVirtual(buffer, "putFloat", mt.methodType(buffer, [jint, jfloat]))
+    step = mt.methodType(buffer, [buffer, jint, score_docs])  # (bytes, i, scoreDocs) -> bytes
+    put_doc = h.permuteArguments(h.collectArguments(h.filterArguments(put_int, 1, times_eight), 2, doc), step, 0, 1, 2, 1)
+    put_score = h.permuteArguments(h.collectArguments(
+        h.filterArguments(put_float, 1, h.filterReturnValue(times_eight, plus_four)), 2, score), step, 0, 1, 2, 1)
+    body = h.foldArguments(h.dropArguments(put_score, 1, buffer), put_doc)  # put_score(put_doc(b, i, a), i, a)
+    pack = h.filterReturnValue(h.countedLoop(length, allocate, body),
+                               lookup.findVirtual(buffer, "array", mt.methodType(cls.forName("[B"))))
+    search = lookup.findVirtual(cls.forName("org.apache.lucene.search.IndexSearcher"), "search", mt.methodType(
+        top_docs, [cls.forName("org.apache.lucene.search.Query"), jint]))
+    return h.filterReturnValue(h.filterReturnValue(search, lookup.findGetter(top_docs, "scoreDocs", score_docs)), pack)
+
+
+_PAIRS = np.dtype([("doc", ">i4"), ("score", ">f4")])
+
+
+_java: _Java | None = None
+
+
+def java() -> _Java:
+    global _java
+    if _java is None:
+        with JNI_LOCK:
+            _java = _java or _Java()
+    return _java
+
+
+def escape_term(term: str) -> str:
+    """A term as Lucene's classic QueryParser reads it back verbatim (no operators, no wildcards)."""
+    escaped = _SPECIAL.sub(r"\\\1", term)
+    return "\\" + escaped if escaped in _KEYWORDS else escaped
+
+
+def _boost(weight: float) -> str:
+    """The shortest decimal of the float32 value, which Java parses back to the same float that a
+    ``BoostQuery`` built from Python would hold (whole numbers, BM25's query-term counts, as is)."""
+    if weight == int(weight) and weight < 2**24:
+        return str(int(weight))
+    return np.format_float_positional(np.float32(weight), unique=True, trim="0")
+
+
+def weighted_query_string(terms: dict[str, float]) -> str:
+    """``term^boost`` clauses for Lucene's classic QueryParser, terms escaped so that none is read
+    as an operator or a wildcard."""
+    if _SPECIAL.search("".join(terms)) is None and not _KEYWORDS & terms.keys():  # nothing to escape
+        return " ".join(f"{t}^{_boost(w)}" for t, w in terms.items() if w > 0)
+    return " ".join(f"{escape_term(t)}^{_boost(w)}" for t, w in terms.items() if w > 0)
+
+
+@dataclass(frozen=True)
+class TopK:
+    """Hits of one query: Lucene doc numbers and Anserini's float32 scores, best first."""
+
+    lucene_ids: np.ndarray
+    scores: np.ndarray
+
+
+EMPTY = TopK(np.zeros(0, np.int32), np.zeros(0, np.float32))
+
+
+def anserini_order(lucene_ids: np.ndarray, scores: np.ndarray, id_rank: np.ndarray) -> np.ndarray:
+    """Positions sorted by score, descending, then by external id, ascending. Lucene returns them
+    by score already; only equal scores need another look."""
+    if not np.any(scores[1:] == scores[:-1]):
+        return np.arange(len(scores))
+    return np.lexsort((id_rank[lucene_ids], -scores))
+
+
+def anserini_scores(raw: np.ndarray) -> np.ndarray:
+    """Round to 4 decimals (``Math.round`` in double), then lower the i-th score of a run of ties
+    by i·1e-6, all in float32 as ``ScoreTiesAdjusterReranker`` does: hit by hit, a hit ties when
+    the previous score, as already lowered, is at most 1e-4 above it."""
+    scores = (np.floor(raw.astype(np.float64) * 10000.0 + 0.5) / 10000.0).astype(np.float32)
+    tol, eps = np.float32(1e-4), np.float32(1e-6)
+    # A run of ties can only start where the unlowered gap is within 1e-4 (lowering the previous
+    # score only narrows a gap, so such a hit ties whatever came before); from there it runs hit
+    # by hit until a gap is too wide. Between runs nothing changes, so only runs are visited.
+    end = 0
+    for start in (np.flatnonzero(scores[:-1] - scores[1:] <= tol) + 1).tolist():
+        if start < end:
+            continue  # inside the run already walked
+        dup, end = 0, start
+        while end < scores.size and scores[end - 1] - scores[end] <= tol:
+            dup += 1
+            scores[end] = scores[end] - eps * np.float32(dup)
+            end += 1
+    return scores
+
+
+class LuceneIndex:
+    """An open index with a BM25 ``IndexSearcher`` and its external-id table."""
+
+    def __init__(self, path: str | Path, k1: float = K1, b: float = B):
+        self.path = Path(path)
+        if not (self.path.is_dir() and any(self.path.glob("segments_*"))):
+            raise UserError(f"{self.path} is not a Lucene index (no segments_* file); "
+                            f"fix: build it with `bm25aug index --dataset NAME`")
+        self.j = java()
+        with JNI_LOCK:
+            from jnius import cast
+
+            self.reader = open_reader(self.path)
+            self.searcher = jclass("org.apache.lucene.search.IndexSearcher")(
+                cast("org.apache.lucene.index.IndexReader", self.reader))
+            self.searcher.setSimilarity(self.j.BM25(float(check("k1", k1)), float(check("b", b))))
+            self.num_docs = int(self.reader.maxDoc())
+        self.docids = read_docids(self.path, self.reader)
+        # Lucene doc numbers in external-id order: an order of the documents that does not depend on
+        # how the index was built (a multi-threaded build numbers them differently each time).
+        self.by_id = np.argsort(self.docids.astype(str), kind="stable")
+        self._sorted_ids = self.docids[self.by_id].astype(str)
+        self.id_rank = np.empty(len(self.docids), np.int64)
+        self.id_rank[self.by_id] = np.arange(len(self.docids))
+        self._df: dict[tuple[str, str], int] = {}  # a model proposes terms from a fixed vocabulary
+
+    def doc_freq(self, term: str, field: str = FIELD) -> int:
+        """Documents that contain ``term`` (not analyzed), cached per term."""
+        if (df := self._df.get((field, term))) is None:
+            with JNI_LOCK:
+                df = self._df[field, term] = int(self.reader.docFreq(jclass("org.apache.lucene.index.Term")(field, term)))
+        return df
+
+    def close(self) -> None:
+        with JNI_LOCK:
+            self.reader.close()
+
+    def doc_numbers(self, ids: list[str]) -> np.ndarray:
+        """Lucene doc number of each external id (-1 where the index has no such document), by
+        binary search in the sorted id table: no dict over the whole corpus."""
+        ids = np.asarray(ids, dtype=str)
+        if not len(ids) or not len(self._sorted_ids):
+            return np.full(len(ids), -1, np.int64)
+        at = np.minimum(np.searchsorted(self._sorted_ids, ids), len(self._sorted_ids) - 1)
+        return np.where(self._sorted_ids[at] == ids, self.by_id[at], -1).astype(np.int64)
+
+    # ---------------------------------------------------------------------------------- queries
+    def weighted_query(self, terms: dict[str, float], field: str = FIELD):
+        """``BooleanQuery`` of ``BoostQuery(TermQuery(field:term), weight)``; terms are not analyzed."""
+        text = weighted_query_string(terms)
+        with JNI_LOCK:
+            return self.j.parser(field).parse(text)
+
+    def analyzed_query(self, text: str, field: str = FIELD):
+        """Pyserini's default query for a flat index: the English analyzer's terms, boosted by count.
+        The generator is a process-wide singleton (its target never changes), so after the first
+        call, which resolves the returned classes under the lock, it runs without the lock."""
+        if not self.j.analyzed_warm:
+            with JNI_LOCK:
+                query = self.j.bag_of_words.buildQuery(field, self.j.english, text)
+                self.j.analyzed_warm = True
+                return query
+        return self.j.bag_of_words.buildQuery(field, self.j.english, text)
+
+    # ----------------------------------------------------------------------------------- search
+    def _top(self, query, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Lucene's top n by score (ties: lower Lucene doc first), as arrays."""
+        # pyjnius passes the varargs of invokeWithArguments as separate arguments: no argument list to build.
+        args = (self.searcher, query, self.j.integer(n))
+        with JNI_LOCK:
+            # The first call resolves the classes it returns; keep that under the lock too.
+            pairs = None if self.j.search_warm else self._invoke(args)
+            self.j.search_warm = True
+        if pairs is None:
+            pairs = self._invoke(args)
+        # ByteArray.tostring() copies pyjnius's buffer in one go; bytes(pairs) iterates it element by element.
+        pairs = np.frombuffer(pairs.tostring(), dtype=_PAIRS)
+        return pairs["doc"].astype(np.int64), pairs["score"].astype(np.float32)
+
+    def _invoke(self, args):
+        """The packed search handle, a refused search as one error line (``search_error``)."""
+        from jnius import JavaException
+
+        try:
+            return self.j.search.invokeWithArguments(*args)
+        except JavaException as e:
+            raise search_error(self.path, e) from None
+
+    def search(self, query, k: int) -> TopK:
+        """Top k exactly as Anserini returns them: ties at the k-th place go to the smaller
+        external id, so enough hits are fetched to see the whole tie (never more than the index
+        holds, so no depth overflows Java's int)."""
+        check("k", k)
+        if not self.num_docs:
+            return EMPTY
+        n = int(min(k + TIE_MARGIN, self.num_docs))
+        while True:
+            docs, raw = self._top(query, n)
+            if len(docs) < n or len(docs) <= k or raw[k - 1] > raw[-1] or n == self.num_docs:
+                break
+            n = min(n * 4, self.num_docs)
+        order = anserini_order(docs, raw, self.id_rank)[:k]
+        return TopK(docs[order], anserini_scores(raw[order]))
+
+
+def open_reader(index_dir: str | Path):
+    """A Lucene ``DirectoryReader`` over the index folder (close it when done). Lucene checks each
+    file's footer as it opens it, so a truncated or damaged index is one error line here."""
+    java()  # starts the JVM with Anserini's classpath, which importing jnius first would not
+    from jnius import JavaException
+
+    try:
+        with JNI_LOCK:
+            directory = jclass("org.apache.lucene.store.FSDirectory").open(jclass("java.nio.file.Paths").get(str(index_dir)))
+            return jclass("org.apache.lucene.index.DirectoryReader").open(directory)
+    except JavaException as e:
+        raise damaged(index_dir, e) from None
+
+
+def damaged(index_dir: str | Path, error: Exception) -> UserError:
+    """The error for an index that Lucene cannot read (a truncated or overwritten file)."""
+    cause = (str(error).splitlines() or [type(error).__name__])[0][:160]
+    return UserError(f"{index_dir} is damaged: Lucene cannot read it ({cause}); fix: rebuild it with "
+                     f"`bm25aug index --dataset NAME --force`, or restore the original index")
+
+
+def search_error(index_dir: str | Path, error: Exception) -> UserError:
+    """A search Lucene refused: too many query terms, else a damaged index."""
+    if "TooManyClauses" in str(error) or "TooManyClauses" in type(error).__name__:
+        return UserError("the query has more distinct terms than Lucene's clause limit (65,536); fix: shorten it")
+    return damaged(index_dir, error)
+
+
+def _commit_key(index_dir: Path, reader) -> str:
+    """What an index's id table is derived from: its commit (the newest ``segments_N`` file,
+    which names every segment by a random id, so a rebuild never has the same one)."""
+    from jnius import cast
+
+    with JNI_LOCK:  # Pyserini hands its reader over as an IndexReader
+        name = str(cast("org.apache.lucene.index.DirectoryReader", reader).getIndexCommit().getSegmentsFileName())
+    return source_key("docids", name, digest(index_dir / name))
+
+
+def read_docids(index_dir: Path, reader) -> np.ndarray:
+    """External id of every Lucene doc: ``docids.txt`` when bm25aug wrote one for this very index
+    commit and it is unchanged since (its record says so), else read from the stored ``id`` field
+    (a stock index is never written to; a changed or damaged table is written again)."""
+    index_dir = Path(index_dir)
+    table = index_dir / DOCIDS_FILE
+    with JNI_LOCK:
+        n = int(reader.maxDoc())
+    key = _commit_key(index_dir, reader)
+    if derived_ok(table, key):
+        ids = table.read_text(encoding="utf-8").split("\n")[:-1]
+        if len(ids) == n:
+            return np.asarray(ids, dtype=str)
+    with JNI_LOCK:
+        stored = reader.storedFields()
+        ids = [stored.document(i).get(ID_FIELD) for i in range(n)]
+    if any(i is None for i in ids):
+        raise UserError(f"{index_dir} has documents without a stored '{ID_FIELD}' field; "
+                        f"fix: index with Anserini/Pyserini's default document generator")
+    if table.exists() and os.access(index_dir, os.W_OK):
+        _write_table(index_dir, ids, key)
+    return np.asarray(ids, dtype=str)
+
+
+def _write_table(index_dir: Path, ids, key: str) -> None:
+    if any("\n" in d for d in ids):
+        return  # not representable one per line; read from the index on open instead
+    atomic_write_text(index_dir / DOCIDS_FILE, "".join(f"{d}\n" for d in ids))
+    record_derived(index_dir / DOCIDS_FILE, key)
+
+
+def write_docids(index_dir: Path) -> None:
+    """Save the id table into a freshly built index (it is read on every open)."""
+    reader = open_reader(index_dir)
+    try:
+        _write_table(Path(index_dir), read_docids(index_dir, reader).tolist(), _commit_key(Path(index_dir), reader))
+    finally:
+        with JNI_LOCK:
+            reader.close()

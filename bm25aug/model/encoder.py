@@ -1,0 +1,57 @@
+"""The query-encoder interface: what searchers, export and evaluation need from a query model.
+
+As Pyserini's query encoders, an encoder turns one query into a weighted term list,
+``encode(text) -> {term: weight}``, for the index flavor it was trained for (``config.target``).
+Both runtimes implement it: the torch ``QueryAugmenter`` (the reference) and the int8
+``OnnxQueryEncoder`` that search uses. ``encode_batch`` is each runtime's own batched pass.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bm25aug.errors import UserError
+from bm25aug.limits import check
+from bm25aug.progress import progress as progress_bar
+
+if TYPE_CHECKING:
+    from bm25aug.model.config import AugmenterConfig
+
+
+class QueryEncoder(ABC):
+    """A query model as searchers use it. ``config`` is its ``AugmenterConfig`` (its target, gate
+    and vocabulary), ``tokenizer`` its WordPiece tokenizer, ``path`` the folder it was loaded from
+    (an output must never land there), or None."""
+
+    config: AugmenterConfig
+    tokenizer: object
+    path: Path | None = None
+
+    @abstractmethod
+    def encode_batch(self, texts: list[str]) -> list[dict[str, float]]:
+        """Term lists ``{term: boost}`` (zeros dropped) of the target's index, one per text."""
+
+    def encode(self, text: str) -> dict[str, float]:
+        """One query's term list, encoded alone: its terms never depend on batch neighbours
+        (padding and, in the int8 runtimes, per-batch activation scales would change them)."""
+        if not isinstance(text, str):
+            raise UserError(f"encode takes one query as a string, not {type(text).__name__}; fix: pass the text, "
+                            f"or use encode_batch for a list of queries")
+        return self.encode_batch([text])[0]
+
+
+def prune(terms: dict[str, float], top_k: int | None = None, threshold: float = 0.0) -> dict[str, float]:
+    """Drop weights <= threshold, then keep the ``top_k`` heaviest (ties broken by term)."""
+    kept = sorted(((t, w) for t, w in terms.items() if w > threshold), key=lambda tw: (-tw[1], tw[0]))
+    return dict(kept[:top_k] if top_k else kept)
+
+
+def encode_queries(encoder: QueryEncoder, queries: list[str], top_k: int | None = None, threshold: float = 0.0,
+                   progress: bool = True) -> list[dict[str, float]]:
+    """Each query's pruned term list, one query at a time (``QueryEncoder.encode``)."""
+    check("top_k", top_k)
+    check("threshold", threshold)
+    return [prune(encoder.encode(q), top_k, threshold)
+            for q in progress_bar(queries, desc="augment queries", unit="q", disable=not progress)]

@@ -1,0 +1,156 @@
+"""Query encoders for search: an int8 ONNX Runtime copy of the model, and how to pick one.
+
+The fp32 torch ``QueryAugmenter`` is the reference; training uses it. At search time a query is
+encoded alone on one thread, where PyTorch's per-operator overhead dominates; ONNX Runtime runs
+the same graph with int8 weights (dynamic quantization of every MatMul) at a fraction of the cost.
+``tests/test_fast_encoder.py`` bounds how far its term lists drift from the fp32 ones.
+
+The ONNX file is exported once per checkpoint, into ``<checkpoint>/onnx/`` (or, when the
+checkpoint is read-only, into ``~/.cache/bm25aug/onnx/<hash>/``). Its record (``bm25aug.io``'s
+derived files) ties it to what it came from, the weights, the model config (the heads' settings
+are in the graph) and the export recipe, and holds its checksum: new weights or settings, or a
+changed, truncated or swapped ``.onnx``, and it is exported again. ``AugmentedSearcher`` and ``bm25aug export``
+load encoders only through ``load_encoder``, so both always use the same one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from pathlib import Path
+
+import torch
+
+from bm25aug.io import CACHE_ROOT, atomic_dir, derived_ok, digest, record_derived, source_key
+from bm25aug.limits import RUNTIMES, check_choice
+from bm25aug.model.encoder import QueryEncoder
+from bm25aug.model.augmenter import CONFIG_NAME, WEIGHTS_NAME, QueryAugmenter
+
+log = logging.getLogger(__name__)
+ONNX_DIR = "onnx"
+ONNX_FILE = "model.int8.onnx"
+# Bumped whenever export_onnx changes what it writes, so that older exports are made again.
+RECIPE = ("outputs w and a on live entries; eager attention, onnxruntime bert fusion without SkipLayerNormalization, "
+          "dynamic int8 per channel")
+# ONNX Runtime's fused residual + LayerNorm kernel: left out of the graph and of the session's own
+# fusions. Since onnxruntime 1.30 its CPU kernel is a scalar loop, about 5x slower than the plain
+# LayerNormalization kernel after an Add (12 of them cost a query ~0.45 ms;
+# ``research/profile_encoder.py`` lists the operators).
+UNFUSED = ["SkipLayerNormFusion"]
+CACHE_DIR = CACHE_ROOT / "onnx"
+
+
+def export_source(checkpoint: Path) -> str:
+    """What an export is made from: the weights, the model's settings, the encoder's shape and
+    the export recipe."""
+    return source_key("onnx", RECIPE, *(digest(checkpoint / name) for name in
+                                        (WEIGHTS_NAME, CONFIG_NAME, Path("encoder") / "config.json")))
+
+
+class _OutputsGraph(torch.nn.Module):
+    """The model's forward pass as ONNX sees it: token ids and mask in, w and a out (the target
+    turns them into terms, outside the graph, exactly as for the torch model). a is computed on
+    the target's live entries only: the head's other rows (for flat, the ## pieces and stopwords,
+    a quarter of the vocabulary) reach no index term, and the export folds them away."""
+
+    def __init__(self, model: QueryAugmenter):
+        super().__init__()
+        self.model = model
+        self.register_buffer("rows", torch.from_numpy(model.target.live), persistent=False)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.model(input_ids, attention_mask, rows=self.rows)
+        return out.token_weights, out.augmentation
+
+
+def export_onnx(model: QueryAugmenter, folder: Path, source: str) -> Path:
+    """Export ``model`` to ONNX, quantize its MatMuls to int8, and write both atomically."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.transformers.fusion_options import FusionOptions
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    # An earlier export (its record, or an older release's source.json) is replaced; a folder of anything else is not.
+    with atomic_dir(folder, (f"{ONNX_FILE}.source.json", "source.json"), what="an ONNX export of bm25aug") as tmp:
+        sample = model.tokenize(["an example query for tracing"])
+        # Plain (eager) attention traces to MatMuls that int8 quantization covers; SDPA does not.
+        saved, model.encoder.config._attn_implementation = model.encoder.config._attn_implementation, "eager"
+        try:
+            with warnings.catch_warnings(), torch.inference_mode():
+                warnings.simplefilter("ignore")  # tracer warnings about data-dependent shapes
+                torch.onnx.export(_OutputsGraph(model.eval()), (sample["input_ids"], sample["attention_mask"]),
+                                  str(tmp / "model.fp32.onnx"), input_names=["input_ids", "attention_mask"],
+                                  output_names=["token_weights", "augmentation"], opset_version=17, dynamo=False,
+                                  dynamic_axes={"input_ids": {0: "batch", 1: "tokens"},
+                                                "attention_mask": {0: "batch", 1: "tokens"},
+                                                "token_weights": {0: "batch", 1: "tokens"}, "augmentation": {0: "batch"}})
+        finally:
+            model.encoder.config._attn_implementation = saved
+        # Fuse attention, layer norms and GELU into ONNX Runtime's BERT kernels, then quantize every
+        # MatMul (and the fused attention) to int8 with one scale per output channel: one scale per
+        # tensor ran ~5% faster but drifted twice as far from fp32 (tests/test_fast_encoder.py).
+        config, fusions = model.encoder.config, FusionOptions("bert")
+        fusions.enable_skip_layer_norm = fusions.enable_bias_skip_layer_norm = False  # see UNFUSED
+        fused = optimize_model(str(tmp / "model.fp32.onnx"), model_type="bert", num_heads=config.num_attention_heads,
+                               hidden_size=config.hidden_size, opt_level=1, optimization_options=fusions)
+        fused.save_model_to_file(str(tmp / "model.fused.onnx"))
+        quantize_dynamic(str(tmp / "model.fused.onnx"), str(tmp / ONNX_FILE), weight_type=QuantType.QInt8,
+                         per_channel=True, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+        for name in ("model.fp32.onnx", "model.fused.onnx"):
+            (tmp / name).unlink()
+        record_derived(tmp / ONNX_FILE, source)
+    return folder / ONNX_FILE
+
+
+def onnx_session(path: Path, profile: bool = False):
+    """An ONNX Runtime session for an export: one thread (latency is per query; batch search
+    parallelizes Lucene instead), CPU, the fusions of ``UNFUSED`` off."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    options.enable_profiling, options.log_severity_level = profile, 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"], disabled_optimizers=UNFUSED)
+
+
+class OnnxQueryEncoder(QueryEncoder):
+    """The ``QueryEncoder`` of a ``QueryAugmenter``'s int8 ONNX export, run by ONNX Runtime on one thread."""
+
+    def __init__(self, path: Path, model: QueryAugmenter):
+        self.session = onnx_session(path)
+        self.config, self.tokenizer, self.target = model.config, model.tokenizer, model.target
+        self.path = model.path
+
+    def encode_batch(self, texts: list[str]) -> list[dict[str, float]]:
+        if not texts:
+            return []
+        batch = self.target.batch(texts)
+        w, a = self.session.run(None, {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask})
+        return self.target.term_lists(batch, w, a)
+
+
+def onnx_path(checkpoint: Path, model: QueryAugmenter) -> Path:
+    """The int8 export of ``checkpoint``, made first when missing, damaged or made from anything else."""
+    source = export_source(checkpoint)
+    for folder in (checkpoint / ONNX_DIR, CACHE_DIR / source):
+        if derived_ok(folder / ONNX_FILE, source):
+            return folder / ONNX_FILE
+    own = checkpoint / ONNX_DIR  # a file or a link there is not ours to replace: the cache serves instead
+    usable = os.access(checkpoint, os.W_OK) and (not own.exists() or own.is_dir()) and not own.is_symlink()
+    folder = own if usable else CACHE_DIR / source
+    log.info("exporting %s to ONNX (int8) in %s", checkpoint, folder)
+    return export_onnx(model, folder, source)
+
+
+def load_encoder(checkpoint: str | Path, runtime: str = "onnx-int8"):
+    """The query encoder of a checkpoint: ``onnx-int8`` (default: fastest on CPU), ``torch-int8``
+    or ``torch-fp32`` (the reference). Anything with ``encode``, ``tokenizer`` and ``config``."""
+    check_choice("query encoder runtime", runtime, RUNTIMES)
+    checkpoint = Path(checkpoint)
+    model = QueryAugmenter.from_pretrained(checkpoint)
+    if runtime == "torch-fp32":
+        return model
+    if runtime == "torch-int8":
+        return model.quantized()
+    return OnnxQueryEncoder(onnx_path(checkpoint, model), model)

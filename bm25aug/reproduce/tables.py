@@ -1,0 +1,128 @@
+"""The tables of README.md and docs/, generated from recorded data, never written by hand.
+
+* ``<!-- reproductions:NAME -->`` blocks: the conditions of ``reproductions.yaml`` whose ``table``
+  names NAME, with their expected values and commands.
+* ``<!-- bench:speed -->`` and ``<!-- bench:scale -->`` blocks: the recorded runs of
+  ``benchmarks/bench_search.py`` and ``benchmarks/scale.py`` (``--record docs/data/*.json``).
+
+``python -m bm25aug.reproduce --write-readme`` rewrites every block; ``tests/test_reproduce.py``
+fails while a file disagrees with its data.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from bm25aug.io import atomic_write_text
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH_DATA = {"speed": ROOT / "docs" / "data" / "speed.json", "scale": ROOT / "docs" / "data" / "scale.json"}
+METRIC_NAMES = {"ndcg@10": "nDCG@10", "recall@100": "R@100", "mrr@10": "MRR@10", "acc@5": "Acc@5",
+                "acc@20": "Acc@20", "acc@100": "Acc@100", "aug_terms_mean": "added terms / query",
+                "added_precision_weight": "added precision (weight)", "latency_ms_p50": "p50 ms"}
+_BLOCK = re.compile(r"<!-- (?P<kind>reproductions|bench):(?P<table>[\w-]+) -->\n(?:.*?\n)??<!-- /(?P=kind) -->", re.S)
+
+
+def doc_files() -> list[Path]:
+    """Every file that may hold generated blocks."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def reproductions_table(table: str, conditions: list) -> str:
+    """The table of one ``table`` name, from the expected values."""
+    members = [c for c in conditions if table in c.tables]
+    present = {m for c in members for m in [*c.expected, *(c.reported or {})]}
+    metrics = [m for m in METRIC_NAMES if m in present] + sorted(present - METRIC_NAMES.keys())
+    lines = ["| condition | " + " | ".join(METRIC_NAMES.get(m, m) for m in metrics) + " | command |",
+             "|---|" + "---|" * len(metrics) + "---|"]
+    for c in members:
+        cells = [_cell(c, m) for m in metrics]
+        lines.append(f"| {c.row} | " + " | ".join(cells) + f" | `{c.command}` |")
+    seeded = [c for c in members if c.seeds and c.tables[0] == table]  # the spread is quoted once
+    for c in seeded:
+        s = c.seeds["ndcg@10"]
+        lines.append("")
+        note = f" ({c.seeds['note']})" if "note" in c.seeds else ""
+        extra = "".join(f" {METRIC_NAMES.get(m, m).capitalize()}: runs {', '.join(f'{x:g}' for x in v['runs'])}."
+                        for m, v in c.seeds.items() if m not in ("seeds", "note", "ndcg@10"))
+        lines.append(f"{c.row}: over {len(s['runs'])} seeds ({', '.join(str(x) for x in c.seeds['seeds'])}){note}, "
+                     f"nDCG@10 {s['mean']:.4f} ± {s['std']:.4f} (mean ± std; runs "
+                     f"{', '.join(f'{x:.4f}' for x in s['runs'])}). A single-seed difference smaller than "
+                     f"that spread is noise.{extra}")
+    return "\n".join(lines)
+
+
+def _cell(condition, metric: str) -> str:
+    values = {**(condition.reported or {}), **condition.expected}
+    if metric not in values:
+        return ""
+    value = values[metric]
+    return f"{value:.1f}" if metric in ("aug_terms_mean", "latency_ms_p50") else f"{value:.4f}"
+
+
+def speed_table(recorded: dict) -> str:
+    """Paths as rows, each run (corpus) as five columns: p50, p95, p50 over the floor, QPS on 1 and 2 threads."""
+    runs = recorded["runs"]
+    head = ["path"]
+    for run in runs:
+        name = "SciFact" if run["num_docs"] < 10_000 else f"{run['num_docs'] / 1e6:g}M"
+        head += [f"{name} p50 ms", "p95 ms", "p50 / floor", "QPS 1 thread", "QPS 2 threads"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for path in runs[0]["paths"]:
+        cells = [path]
+        for run in runs:
+            got, floor = run["paths"].get(path), run["paths"]["floor"]["p50_ms"]
+            cells += ["", "", "", "", ""] if got is None else [
+                f"{got['p50_ms']:.2f}", f"{got['p95_ms']:.2f}", f"{got['p50_ms'] / floor:.2f}x",
+                f"{got['qps_1t']:,.0f}" if "qps_1t" in got else "", f"{got['qps_2t']:,.0f}" if "qps_2t" in got else ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    peer, floor = runs[0].get("peer"), runs[0]["paths"]["floor"]["p50_ms"]
+    if peer:
+        lines.append(f"| {peer['name']} (peer) | {peer['p50_ms']:.2f} | {peer['p95_ms']:.2f} | "
+                     f"{peer['p50_ms'] / floor:.2f}x | {peer['qps_batch']:,.0f} (one batch) | |" + " |" * 5 * (len(runs) - 1))
+    return "\n".join(lines)
+
+
+def scale_table(rows: list[dict]) -> str:
+    """One row per corpus size: build, training and search costs, and quality."""
+    lines = ["| passages | build flat s (docs/s) | build wp s (docs/s) | wp / flat | build peak RSS MB | "
+             "train setup s | train peak RSS MB | rows read | s / step | p50 ms flat | p50 ms wp | p50 ms augmented | "
+             "augmented / wp | nDCG@10 flat | nDCG@10 augmented |", "|" + "---|" * 15]
+    for r in rows:
+        lines.append(
+            f"| {r['size']:,} | {r['build_s_flat']:.1f} ({r['docs_per_s_flat']:,.0f}) | {r['build_s_wp']:.1f} "
+            f"({r['docs_per_s_wp']:,.0f}) | {r['build_s_wp'] / r['build_s_flat']:.2f}x | {r['build_peak_rss_mb']:,.0f} | "
+            f"{r['train_setup_s']:.1f} | {r['train_peak_rss_mb']:,.0f} | {r['train_rows_read']:,} | {r['step_s']:.2f} | "
+            f"{r['p50_ms_bm25_flat']:.2f} | {r['p50_ms_bm25_wp']:.2f} | {r['p50_ms_augmented']:.2f} | "
+            f"{r['p50_ms_augmented'] / r['p50_ms_bm25_wp']:.2f}x | {r['ndcg@10_bm25_flat']:.4f} | "
+            f"{r['ndcg@10_augmented']:.4f} |")
+    return "\n".join(lines)
+
+
+def bench_table(name: str) -> str:
+    recorded = json.loads(BENCH_DATA[name].read_text(encoding="utf-8"))
+    return speed_table(recorded) if name == "speed" else scale_table(recorded["rows"])
+
+
+def render(text: str, conditions: list) -> str:
+    """``text`` with every generated block replaced by what its data says now."""
+    def block(m: re.Match) -> str:
+        kind, table = m.group("kind"), m.group("table")
+        body = reproductions_table(table, conditions) if kind == "reproductions" else bench_table(table)
+        return f"<!-- {kind}:{table} -->\n{body}\n<!-- /{kind} -->"
+
+    return _BLOCK.sub(block, text)
+
+
+def write_docs(conditions: list) -> list[Path]:
+    """Rewrite the generated blocks of every file that holds one; returns the files changed."""
+    changed = []
+    for path in doc_files():
+        text = path.read_text(encoding="utf-8")
+        new = render(text, conditions)
+        if new != text:
+            atomic_write_text(path, new)
+            changed.append(path)
+    return changed

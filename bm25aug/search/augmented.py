@@ -1,0 +1,110 @@
+"""BM25 with each query rewritten by a trained query encoder: the product's searcher.
+
+Documents are never re-encoded: a query becomes boosted term queries on the stock index of the
+encoder's target flavor. Encoding belongs to the encoder (``bm25aug.model.encoder``); this module
+only checks that the two fit and hands the term list to Lucene.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bm25aug.errors import UserError
+from bm25aug.limits import check, check_query
+from bm25aug.lucene.reader import B, K1, TopK
+from bm25aug.model.encoder import QueryEncoder, prune
+from bm25aug.search.bm25 import BM25Searcher, Hit, parallel_map
+
+
+@dataclass
+class AugmentedQuery:
+    """A query's learned term list next to its plain WordPiece terms, to show what changed."""
+
+    query: str
+    terms: dict[str, float]
+    original: dict[str, float]
+
+    @property
+    def added(self) -> dict[str, float]:
+        """Terms the model added (not in the query), heaviest first."""
+        return dict(sorted(((t, w) for t, w in self.terms.items() if t not in self.original), key=lambda tw: -tw[1]))
+
+    @property
+    def reweighted(self) -> dict[str, tuple[float, float]]:
+        """Query terms as ``token: (BM25 boost, learned boost)``; a learned 0 means dropped."""
+        return {t: (c, self.terms.get(t, 0.0)) for t, c in self.original.items()}
+
+    def explain(self, top: int = 15) -> str:
+        lines = [f"query: {self.query}", "reweighted (bm25 -> learned):"]
+        lines += [f"  {t:<20} {c:5.2f} -> {w:6.3f}" for t, (c, w) in self.reweighted.items()]
+        added = list(self.added.items())
+        lines.append(f"added ({len(added)} terms, top {min(top, len(added))}):")
+        lines += [f"  {t:<20} {w:6.3f}" for t, w in added[:top]]
+        return "\n".join(lines)
+
+
+class AugmentedSearcher:
+    """BM25 with queries rewritten by a ``QueryEncoder`` (a trained model), over the index of its
+    target: ``wp``, or ``flat`` (Lucene's English analyzer, as Pyserini's prebuilt indexes).
+    ``top_k``/``threshold`` prune each term list as ``bm25aug export`` does."""
+
+    def __init__(self, encoder: QueryEncoder, searcher: BM25Searcher, top_k: int | None = None,
+                 threshold: float = 0.0):
+        target = encoder.config.target
+        if searcher.meta.flavor != target:
+            raise UserError(f"{searcher.index_dir} is a {searcher.meta.flavor} index but the model was trained for "
+                            f"{target} indexes; fix: use the dataset's {target} index")
+        if target == "wp" and encoder.config.vocab_hash and encoder.config.vocab_hash != searcher.meta.vocab_hash:
+            raise UserError(f"the checkpoint was trained against vocabulary {encoder.config.vocab_hash} but "
+                            f"{searcher.index_dir} has {searcher.meta.vocab_hash}; fix: use a wp index built "
+                            f"with the checkpoint's tokenizer")
+        self.encoder, self.bm25 = encoder, searcher
+        self.top_k, self.threshold = check("top_k", top_k), check("threshold", threshold)
+
+    @classmethod
+    def from_pretrained(cls, checkpoint: str | Path, index: str | Path, k1: float = K1, b: float = B,
+                        top_k: int | None = None, threshold: float = 0.0,
+                        runtime: str = "onnx-int8", aug_gate: int | None = None) -> "AugmentedSearcher":
+        """``runtime`` of the query encoder: ``onnx-int8`` (default, and what ``bm25aug export`` uses), ``torch-int8``
+        or ``torch-fp32`` (the reference); see ``bm25aug.model.onnx_encoder``. ``aug_gate`` overrides the
+        checkpoint's augmentation gate (0: off; see ``bm25aug.model.targets``)."""
+        from bm25aug.model.onnx_encoder import load_encoder
+
+        encoder = load_encoder(checkpoint, runtime)
+        if aug_gate is not None:
+            encoder.config.aug_gate = check("aug_gate", aug_gate)
+        return cls(encoder, BM25Searcher(index, k1, b, tokenizer=encoder.tokenizer, flavor=encoder.config.target),
+                   top_k, threshold)
+
+    def term_list(self, query: str) -> dict[str, float]:
+        """The query's term list as Lucene scores it: the encoder's (pruned, as ``bm25aug export``
+        writes it) less the terms this index lacks. Those match nothing, so the ranking is the
+        same, and ``AugmentedQuery.added`` shows only terms that can score."""
+        if not check_query(query).strip():
+            return {}
+        return self.bm25.indexed(prune(self.encoder.encode(query), self.top_k, self.threshold))
+
+    def augment(self, query: str) -> AugmentedQuery:
+        return AugmentedQuery(query, self.term_list(query), self.bm25.query_terms(query))
+
+    def search_arrays(self, query: str, k: int = 1000) -> TopK:
+        return self.bm25.search_terms_arrays(self.term_list(query), k)
+
+    @property
+    def docids(self) -> np.ndarray:
+        """External ids by Lucene doc number: ``docids[top.lucene_ids]``."""
+        return self.bm25.docids
+
+    def hits(self, top: TopK) -> list[Hit]:
+        return self.bm25.hits(top)
+
+    def search(self, query: str, k: int = 1000) -> list[Hit]:
+        return self.hits(self.search_arrays(query, k))
+
+    def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, threads: int = 1) -> dict[str, list[Hit]]:
+        """Encode and search each query on ``threads`` threads (the encoder and Lucene both run
+        without the GIL); a query is always encoded alone, so the result equals searching one by one."""
+        return parallel_map(lambda q: self.search(q, k), queries, qids, threads)

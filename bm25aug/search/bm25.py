@@ -1,0 +1,163 @@
+"""BM25 search over ``flat`` and ``wp`` indexes, Pyserini-style, with hits as numpy arrays or as ``Hit`` lists.
+
+WordPiece queries are weighted term lists turned into a ``BooleanQuery`` of boosted
+``TermQuery`` clauses, never through an analyzer: Pyserini's ``get_term_query`` would stem the
+term and split ``##`` pieces. A term repeated n times gets boost n, which is what BM25 over a bag
+of query tokens means. Lucene itself is reached through ``bm25aug.lucene.reader``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from bm25aug.errors import UserError
+from bm25aug.lucene.index import IndexMeta, check_vocab
+from bm25aug.limits import check, check_query
+from bm25aug.lucene.reader import B, EMPTY, K1, LuceneIndex, TopK
+from bm25aug.progress import progress
+from bm25aug.model.tokenization import load_tokenizer, query_term_counts
+
+log = logging.getLogger(__name__)
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+class Hit(NamedTuple):
+    """One retrieved document, like Pyserini's ``JScoredDoc`` (``docid``, ``score``)."""
+
+    docid: str
+    score: float
+
+
+class BM25Searcher:
+    """BM25 over a bm25aug index of either flavor (``K1``, ``B`` by default, as Pyserini's BEIR runs).
+
+    Hits, scores and their order equal Pyserini's ``LuceneSearcher`` (see ``bm25aug.lucene.reader``).
+
+    A stock index built by Pyserini or Anserini (no bm25aug ``meta.json``) is searched as it is:
+    as ``flat``, or as ``wp`` when ``tokenizer`` (a name, a path or a tokenizer) says which
+    WordPiece vocabulary built it. ``flavor`` forces one of the two for a stock index."""
+
+    def __init__(self, index_dir: str | Path, k1: float = K1, b: float = B, tokenizer=None,
+                 flavor: str | None = None):
+        self.index_dir = Path(index_dir)
+        tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, Path)) else tokenizer
+        self.meta = IndexMeta.load(self.index_dir, tokenizer, flavor)
+        if flavor and self.meta.flavor != flavor:  # bm25aug's own index: its meta.json says what it is
+            raise UserError(f"{self.index_dir} is a {self.meta.flavor} index, not {flavor}; fix: pass a {flavor} index "
+                            f"(`bm25aug index --flavor {flavor}`), or the method or model for {self.meta.flavor}")
+        self.index = LuceneIndex(self.index_dir, k1, b)
+        self.k1, self.b = k1, b
+        self.tokenizer = None
+        if self.meta.flavor == "wp":
+            self.tokenizer = tokenizer or load_tokenizer()
+            check_vocab(self.meta, self.tokenizer, self.index_dir)
+
+    @property
+    def num_docs(self) -> int:
+        return self.index.num_docs
+
+    @property
+    def docids(self) -> np.ndarray:
+        """External id of every Lucene doc number."""
+        return self.index.docids
+
+    def query_terms(self, query: str) -> dict[str, float]:
+        """The index's terms of ``query`` with their counts as weights: WordPiece tokens (``wp``),
+        or the English analyzer's terms (``flat``, the terms Pyserini's bm25-flat query counts)."""
+        if self.tokenizer is None:
+            from bm25aug.lucene.analysis import analyze
+
+            return {t: float(c) for t, c in Counter(analyze(check_query(query))).items()}
+        return {t: float(c) for t, c in query_term_counts(self.tokenizer, check_query(query)).items()}
+
+    def search_arrays(self, query: str, k: int = 1000) -> TopK:
+        """The fast path: Lucene doc numbers and scores as arrays (``hits`` turns them into ``Hit``s)."""
+        if not check_query(query).strip():
+            return EMPTY
+        if self.tokenizer is None:
+            return self.index.search(self.index.analyzed_query(query), k)
+        return self.search_terms_arrays(self.query_terms(query), k)
+
+    def search_terms_arrays(self, terms: dict[str, float], k: int = 1000) -> TopK:
+        """Search a weighted term list ``{token: boost}``; an empty list has no hits."""
+        check_terms(terms)
+        if not any(w > 0 for w in terms.values()):
+            return EMPTY
+        return self.index.search(self.index.weighted_query(terms), k)
+
+    def indexed(self, terms: dict[str, float]) -> dict[str, float]:
+        """``terms`` less those the index lacks: a model may propose a word no document has, and
+        such a term matches nothing (a no-op in Lucene) but would count as an added term."""
+        return {t: w for t, w in terms.items() if self.index.doc_freq(t)}
+
+    def hits(self, top: TopK) -> list[Hit]:
+        return to_hits(self.index.docids, top)
+
+    def search(self, query: str, k: int = 1000) -> list[Hit]:
+        return self.hits(self.search_arrays(query, k))
+
+    def search_terms(self, terms: dict[str, float], k: int = 1000) -> list[Hit]:
+        return self.hits(self.search_terms_arrays(terms, k))
+
+    def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, threads: int = 1) -> dict[str, list[Hit]]:
+        """Search many queries on ``threads`` threads; the result equals searching one by one."""
+        return parallel_map(lambda q: self.search(q, k), queries, qids, threads)
+
+
+def check_terms(terms: dict[str, float]) -> None:
+    """A weighted term list as ``search_terms`` takes it: non-empty string terms, finite weights.
+    (The common case is decided by one sum; only a list that fails it is looked at term by term.)"""
+    if not terms:
+        return
+    try:
+        weights = terms.values()
+        if ("" not in terms and math.isfinite(sum(weights)) and 0 <= min(weights) and max(weights) < _FLOAT32_MAX
+                and all(type(t) is str for t in terms)):
+            return
+    except TypeError:
+        pass
+    for term, weight in terms.items():
+        if not isinstance(term, str) or not term:
+            raise UserError(f"term {term!r} is not a non-empty string; fix: pass {{term: weight}} with string terms")
+        if (isinstance(weight, bool) or not isinstance(weight, (int, float, np.floating)) or not np.isfinite(weight)
+                or not 0 <= weight < _FLOAT32_MAX):
+            raise UserError(f"the weight of {term!r} is {weight!r}; fix: pass a number from 0 to 3.4e38 (Lucene "
+                            f"keeps boosts as 32-bit floats, and a negative one is no boost)")
+
+
+def to_hits(docids: np.ndarray, top: TopK) -> list[Hit]:
+    """Hits of ``top`` with external ids from an index's id table (``bm25aug.lucene.reader.read_docids``)."""
+    return list(map(Hit, docids[top.lucene_ids].tolist(), top.scores.tolist()))
+
+
+def mean_added_terms(searcher: BM25Searcher, queries: list[str], term_lists: list[dict[str, float]]) -> float:
+    """Average number of terms per query that are not among the query's own WordPiece terms."""
+    added = [len(terms.keys() - searcher.query_terms(q).keys()) for q, terms in zip(queries, term_lists)]
+    return float(sum(added) / len(added)) if added else 0.0
+
+
+def parallel_map(fn, items: list, qids: list[str], threads: int, desc: str | None = None) -> dict[str, list[Hit]]:
+    """Apply a search function over queries on ``threads`` threads (``bm25aug.lucene.reader`` makes that
+    safe, and Lucene searches without the GIL). ``desc`` names a progress bar, shown on a terminal."""
+    if len(items) != len(qids):
+        raise UserError(f"got {len(items)} queries but {len(qids)} qids; fix: pass one qid per query")
+    if len(set(qids)) != len(qids):
+        repeated = next(q for q, n in Counter(qids).items() if n > 1)
+        raise UserError(f"qid {repeated!r} is given to more than one query (their runs would overwrite each other); "
+                        f"fix: pass one unique qid per query")
+    check("threads", threads)
+    pool = ThreadPoolExecutor(max_workers=threads)
+    try:
+        results = list(progress(pool.map(fn, items), total=len(items), desc=desc, unit="q", disable=desc is None))
+    except BaseException:  # a Ctrl-C, or a query's error: the queries still queued are dropped, not run
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return dict(zip(qids, results))

@@ -1,0 +1,116 @@
+"""``bm25aug search``: an index (a folder, or a Pyserini prebuilt name), one query or a file of
+queries, hits printed or written as a TREC run.
+
+Query files are what Pyserini and BEIR users have: TSV (``qid<TAB>text``, Pyserini's topics) or
+JSONL (BEIR's ``queries.jsonl``: ``_id`` and ``text``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from pathlib import Path
+
+from bm25aug.errors import UserError
+from bm25aug.io import check_outputs, read_lines
+from bm25aug.search.trec import trec_lines, write_trec_run
+
+log = logging.getLogger(__name__)
+
+
+def resolve_index(name_or_path: str) -> Path:
+    """An index folder as given, else a Pyserini prebuilt index name, found through Pyserini's own
+    ``download_prebuilt_index``: from its cache (``~/.cache/pyserini/indexes``, or
+    ``$PYSERINI_CACHE``) when there, else downloaded where the network allows."""
+    path = Path(name_or_path)
+    if path.is_dir():
+        return path
+    from bm25aug.lucene.jvm import start_jvm
+
+    start_jvm()  # before Pyserini, whose own JVM set-up fails on this runtime
+    from pyserini.util import download_prebuilt_index
+
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # Pyserini prints its download attempts; stdout may be a run
+            return Path(download_prebuilt_index(name_or_path, verbose=False))
+    except ValueError as e:
+        if str(e).startswith("Unrecognized index name"):
+            raise UserError(f"--index {name_or_path!r} is neither a folder nor a Pyserini prebuilt index name; "
+                            f"fix: pass an index folder, or a name such as beir-v1.0.0-scifact.flat") from None
+        failure = e
+    except Exception as e:  # noqa: BLE001  (a download fails many ways: md5 assertion, tar, HTTP, OS)
+        failure = e
+    raise UserError(f"prebuilt index {name_or_path!r} is not in Pyserini's cache and could not be downloaded "
+                    f"({type(failure).__name__}: {str(failure)[:120]}); fix: download it where the network allows, "
+                    f"or pass an index folder")
+
+
+def read_queries(path: str | Path) -> dict[str, str]:
+    """Queries by id from a TSV (``qid<TAB>text``) or JSONL (``_id``, ``text``) file."""
+    from bm25aug.data.corpus import beir_row
+    from bm25aug.data.layouts import keep_first
+    from bm25aug.limits import check_text, run_id_ok
+
+    path = Path(path)
+    rows = []
+    for lineno, line in read_lines(path):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        if path.suffix.lower() == ".jsonl":
+            qid, text = beir_row(line, where, ("text",))
+        else:
+            qid, tab, text = line.rstrip("\r\n").partition("\t")
+            if not tab:
+                raise UserError(f"{where}: expected 'qid<TAB>query text'; fix: repair that line, or use a .jsonl "
+                                f"file of {{\"_id\": ..., \"text\": ...}} objects")
+        if not run_id_ok(qid):
+            raise UserError(f"{where}: query id {qid!r} is empty or holds whitespace, which a TREC run cannot hold; "
+                            f"fix: give that query an id without spaces, tabs or newlines")
+        rows.append((qid, text))
+    queries = keep_first(((q, check_text(t, f"{path}: query {q}")) for q, t in rows), path, "query")
+    if not queries:
+        raise UserError(f"{path} holds no queries; fix: add 'qid<TAB>query text' lines")
+    if empty := [q for q, t in queries.items() if not t.strip()]:
+        log.warning("%s: %d queries have no text (e.g. %s); they have no hits", path, len(empty), empty[0])
+    return queries
+
+
+def make_searcher(index: Path, model: str | None, tokenizer: str | None, k1: float, b: float, runtime: str):
+    """``AugmentedSearcher`` with a model, else ``BM25Searcher`` (wp when a tokenizer is named)."""
+    from bm25aug.search.augmented import AugmentedSearcher
+    from bm25aug.search.bm25 import BM25Searcher
+
+    if model:
+        return AugmentedSearcher.from_pretrained(model, index, k1, b, runtime=runtime)
+    return BM25Searcher(index, k1, b, tokenizer=tokenizer)
+
+
+def print_hits(hits, out=None) -> None:
+    """One line a hit, as Pyserini's examples print them: rank, docid, score."""
+    out = out or sys.stdout
+    for rank, hit in enumerate(hits, 1):
+        out.write(f"{rank:4} {hit.docid} {hit.score:.5f}\n")
+
+
+def run(args) -> None:
+    """``bm25aug search``: check the outputs, search, print the hits or write the run."""
+    if args.output and not args.queries:
+        raise UserError("--output writes the run of --queries; fix: pass --queries FILE, or drop --output to print "
+                        "the hits of --query")
+    if args.tokenizer and args.model:
+        raise UserError("--tokenizer is for plain BM25 on a stock wp index; a --model brings its own; fix: drop one")
+    index = resolve_index(args.index)
+    check_outputs({"--output": args.output}, {"--index": index, "--model": args.model, "--queries": args.queries})
+    queries = read_queries(args.queries) if args.queries else None
+    searcher = make_searcher(index, args.model, args.tokenizer, args.k1, args.b, args.runtime)
+    if queries is None:
+        print_hits(searcher.search(args.query, args.k or 10))
+        return
+    run = searcher.batch_search(list(queries.values()), list(queries), k=args.k or 1000, threads=args.threads)
+    if args.output:
+        write_trec_run(run, args.output, tag="bm25aug")
+        print(f"wrote {sum(map(len, run.values()))} hits of {len(run)} queries to {args.output}")
+    else:
+        sys.stdout.writelines(trec_lines(run))

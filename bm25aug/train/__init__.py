@@ -1,0 +1,1 @@
+"""End-to-end training through BM25 computed in torch: arguments, examples, losses, callbacks, trainer."""

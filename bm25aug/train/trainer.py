@@ -1,0 +1,362 @@
+"""End-to-end training: the loop through BM25 computed in torch, and nothing else.
+
+Kept apart, as in sentence-transformers: ``TrainConfig`` (``arguments``: what to do), the losses
+(``losses``: what to minimize), the examples (``examples``), the run folder's rules
+(``run_folder``) and what happens around the loop (``callbacks``: the weight average, dev
+selection, the significance check, the gate, the model card). ``Trainer`` sets these up from a
+config and runs the epochs. Research code extends it through ``compute_loss`` and callbacks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import pickle
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+from io import BytesIO
+
+from bm25aug.data.registry import Dataset
+from bm25aug.errors import UserError
+from bm25aug.eval.metrics import per_query
+from bm25aug.interrupts import deferred, stop_point
+from bm25aug.io import atomic_dir, check_outputs, claim_folder, refuse_foreign, write_json, write_jsonl
+from bm25aug.model.augmenter import CONFIG_NAME, QueryAugmenter
+from bm25aug.model.encoder import encode_queries
+from bm25aug.model.tokenization import vocab_hash
+from bm25aug.progress import progress
+from bm25aug.search.bm25 import BM25Searcher, mean_added_terms, parallel_map
+from bm25aug.train.arguments import DEVICES, TrainConfig
+from bm25aug.train.callbacks import TrainerCallback, default_callbacks
+from bm25aug.train.examples import Example, build_examples, hard_negatives, hold_out_sentences
+from bm25aug.train.losses import AugmentationLoss, DfWeightedL1
+from bm25aug.train.pseudo import with_pseudo_queries
+from bm25aug.train.run_folder import RUN_MARKER, earlier_run, read_jsonl, record_run, refuse_finished
+from bm25aug.train.torch_bm25 import BM25Params, TorchBM25
+
+log = logging.getLogger(__name__)
+
+
+class Trainer:
+    """``Trainer(config, dataset, index).train()``; ``index`` is the dataset's index of
+    ``config.target``'s flavor. ``callbacks`` replaces ``default_callbacks(config, model)``."""
+
+    def __init__(self, config: TrainConfig, dataset: Dataset, index: Path, resume: bool = False,
+                 callbacks: list[TrainerCallback] | None = None):
+        if not config.output_dir:
+            raise UserError("no output directory; fix: pass --output-dir DIR")
+        self.config, self.dataset, self.out, self.resume = config, dataset, Path(config.output_dir), resume
+        encoder = config.encoder if config.encoder and Path(config.encoder).exists() else None
+        check_outputs({"--output-dir": self.out}, {"the dataset": dataset.path, "the index": index,
+                                                   "the teacher": config.teacher, "--encoder": encoder},
+                      folders=("--output-dir",))
+        refuse_foreign(self.out, RUN_MARKER, "--output-dir", earlier_run)  # before a minute of loading
+        refuse_finished(self.out, resume)
+        self.teacher = self._teacher()
+        _seed_everything(config.seed)
+        self.device = resolve_device(config.device)
+        fresh = not (resume and (self.out / "last" / "trainer_state.pt").exists())
+        self.model = self._new_model() if fresh else QueryAugmenter.from_pretrained(self.out / "last").train()
+        self._lock = claim_folder(self.out, RUN_MARKER, "a training run", "--output-dir", earlier_run)
+        try:
+            refuse_finished(self.out, resume)  # again: another run may have finished here while this one loaded
+            record_run(config, dataset, index, resume)
+            self._prepare(index, fresh)
+            self.callbacks = default_callbacks(config, self.model) if callbacks is None else callbacks
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _new_model(self) -> QueryAugmenter:
+        """A model on the pretrained encoder; a layer count the encoder lacks stops here, before
+        the output folder is written."""
+        c = self.config
+        return QueryAugmenter.from_encoder(
+            c.encoder, c.encoder_layers, use_weights=c.use_weights, use_augmentation=c.use_augmentation,
+            max_query_length=c.max_query_length, target=c.target, weight_floor=c.weight_floor,
+            aug_threshold=c.aug_threshold, aug_layer=c.aug_layer, aug_init=c.aug_init,
+            **({"pooling": c.pooling} if c.pooling else {}))
+
+    def _prepare(self, index: Path, fresh: bool) -> None:
+        """Index, loss, examples and optimizer, once the output folder is claimed."""
+        config, dataset = self.config, self.dataset
+        self.searcher = BM25Searcher(index, config.k1, config.b, tokenizer=self.model.tokenizer, flavor=config.target)
+        self.model.config.vocab_hash = self.searcher.meta.vocab_hash or self.model.config.vocab_hash
+        self.bm25 = TorchBM25(self.searcher.index, self.model.tokenizer.get_vocab() if config.target == "wp" else None,
+                              BM25Params(config.k1, config.b, bag_of_words=config.bag_of_words))
+        self.target = self.model.target
+        self.cmap = self.target.columns(self.bm25)
+        l1 = DfWeightedL1(self.cmap.vocab_df(self.bm25.df), self.bm25.num_docs, config.uniform_l1,
+                          config.penalty_floor, config.off_positive_penalty)
+        self.loss = AugmentationLoss(l1, config.lam, config.flops, config.distill_weight)
+        if self.teacher is not None and vocab_hash(self.teacher.tokenizer) != vocab_hash(self.model.tokenizer):
+            raise UserError(f"--teacher {config.teacher} has another vocabulary than this model's encoder; "
+                            f"fix: pass a teacher trained on an encoder with the same vocabulary")
+        for module in (self.model, self.loss, self.teacher):
+            if module is not None:
+                module.to(self.device)
+        train, self.dev, dev_how = dataset.train_dev(config.dev_size, config.seed)
+        if config.pseudo_queries:
+            train = with_pseudo_queries(train, dataset.corpus, config.pseudo_queries, config.seed)
+        write_json(self.out / "dev_split.json", {"how": dev_how, "qids": sorted(self.dev.queries)})
+        self.examples = build_examples(train, hard_negatives(config, self.searcher, dataset, train, self.out), self.bm25)
+        if not self.examples:
+            raise UserError(f"{dataset.name}: no training query has a positive document in the corpus; "
+                            f"fix: check the train qrels / positive_ctxs")
+        self.qrels_rows = {e.qid: set(e.positives) for e in self.examples}
+        if fresh and config.aug_init == "centered":
+            self.model.center_aug_head([e.query for e in self.examples])
+        hold_out_sentences(self.examples, self.qrels_rows, self.target, self.bm25)
+        # The document rows training reads up front; random negatives (and a random one for a query
+        # without hard negatives) are read when first drawn.
+        self.bm25.prefetch([r for e in self.examples for r in (*e.positives, *e.negatives)], desc="read document terms")
+        self.steps_per_epoch = math.ceil(len(self.examples) / config.batch_size)
+        self.optimizer, self.scheduler = self._optimizer()
+
+    def _optimizer(self):
+        c = self.config
+        heads = [*self.model.aug_head.parameters(), *self.model.weight_head.parameters()]
+        encoder = list(self.model.encoder.parameters())
+        opt = torch.optim.AdamW([{"params": encoder, "lr": c.lr}, {"params": heads, "lr": c.head_lr}],
+                                weight_decay=c.weight_decay)
+        total = self.steps_per_epoch * c.epochs
+        warmup = int(total * c.warmup_ratio)
+
+        def schedule(step: int) -> float:
+            return (step + 1) / max(1, warmup) if step < warmup else max(0.0, (total - step) / max(1, total - warmup))
+
+        return opt, torch.optim.lr_scheduler.LambdaLR(opt, schedule)
+
+    def callback(self, kind: type) -> TrainerCallback | None:
+        """The first callback of type ``kind``, if any."""
+        return next((cb for cb in self.callbacks if isinstance(cb, kind)), None)
+
+    # ------------------------------------------------------------------------------------ loop
+    def train(self) -> dict:
+        """Train, then let the callbacks select, check and gate best/. A Ctrl-C or SIGTERM ends the
+        step in flight first (``bm25aug.interrupts``); last/ then holds the last finished epoch."""
+        try:
+            with deferred():
+                return self._train()
+        finally:
+            self._lock.release()
+
+    def _train(self) -> dict:
+        c = self.config
+        state = self._load_state() if self.resume else _fresh_state()
+        log_path = self.out / "log.jsonl"
+        # The log may be one epoch ahead of last/ (a kill between the two writes): keep only the
+        # epochs that last/ committed, so the resumed log holds each epoch once.
+        history = [h for h in read_jsonl(log_path) if h["epoch"] <= state["epoch"]] if self.resume else []
+        for cb in self.callbacks:
+            cb.on_train_begin(self, history)
+        write_jsonl(log_path, history)
+        for epoch in range(state["epoch"], c.epochs):
+            sums = self._epoch(epoch, state)
+            record = {"epoch": epoch + 1, "step": state["step"],
+                      **{f"train_{k}": v / self.steps_per_epoch for k, v in sums.items()}}
+            with self.served_weights():
+                for cb in self.callbacks:
+                    cb.on_evaluate(self, record, state)
+            history.append(record)
+            log.info("epoch %d: %s", epoch + 1, {k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()})
+            state["epoch"] = epoch + 1
+            write_jsonl(log_path, history)
+            self._save_state(state)
+            for cb in self.callbacks:
+                cb.on_epoch_end(self, history)
+        result = {"best_dev_metric": state["best"], "history": history, "selection": None}
+        for cb in self.callbacks:
+            cb.on_train_end(self, result)
+        return result
+
+    def _epoch(self, epoch: int, state: dict) -> dict[str, float]:
+        """One pass over the examples in a seeded order; the sums of the loss parts."""
+        c = self.config
+        rng = random.Random(c.seed * 1000 + epoch)
+        order = list(range(len(self.examples)))
+        rng.shuffle(order)
+        self.model.train()
+        bar = progress(range(self.steps_per_epoch), desc=f"epoch {epoch + 1}/{c.epochs}", unit="step")
+        sums: dict[str, float] = {}
+        for i in bar:
+            parts = self.training_step([self.examples[j] for j in order[i * c.batch_size:(i + 1) * c.batch_size]], rng)
+            state["step"] += 1
+            for k, v in parts.items():
+                sums[k] = sums.get(k, 0.0) + float(v.detach())
+            bar.set_postfix(loss=f"{float(parts['loss'].detach()):.3f}", reg=f"{float(parts['reg']):.2f}")
+            stop_point()
+        return sums
+
+    def batch_rows(self, batch: list[Example], rng: random.Random) -> list[int]:
+        """The batch's documents: each query's positive, its hard negatives, then random ones."""
+        c = self.config
+        rows = [rng.choice(e.positives) for e in batch]
+        # Documents drawn at random are drawn in external-id order, so that a seed draws the same
+        # documents from every build of the index (Lucene numbers them in build order).
+        by_id = self.bm25.index.by_id
+        for e in batch:
+            pool = e.negatives or [int(by_id[rng.randrange(self.bm25.num_docs)])]
+            rows.extend(rng.sample(pool, min(c.hard_negatives, len(pool))))
+        if c.random_negatives:
+            drawn = rng.sample(range(self.bm25.num_docs), min(c.random_negatives, self.bm25.num_docs))
+            rows.extend(by_id[drawn].tolist())
+        return rows
+
+    def training_step(self, batch: list[Example], rng: random.Random) -> dict[str, torch.Tensor]:
+        """Forward, loss, backward, AdamW step; then the callbacks' ``on_step_end``."""
+        rows = self.batch_rows(batch, rng)
+        # A document judged positive for a query is no negative for it, wherever it sits in the batch.
+        mask = torch.tensor([[j != i and r in self.qrels_rows[e.qid] for j, r in enumerate(rows)]
+                             for i, e in enumerate(batch)])
+        qb = self.target.batch([e.query for e in batch])
+        ids, attention = self.inputs(qb)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda"):  # BM25 stays float32
+            out = self.model(ids, attention)
+        w, a = out.token_weights.float(), out.augmentation.float()
+        parts = self.compute_loss(qb, w, a, rows, mask.to(self.device), self._relevant(batch))
+        self.optimizer.zero_grad(set_to_none=True)
+        parts["loss"].backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.scheduler.step()
+        for cb in self.callbacks:
+            cb.on_step_end(self)
+        return parts
+
+    def inputs(self, qb) -> tuple[torch.Tensor, torch.Tensor]:
+        """A query batch's token ids and attention mask on the training device (the encoder's input)."""
+        return tuple(_to(torch.from_numpy(x), self.device) for x in (qb.input_ids, qb.attention_mask))
+
+    def served_weights(self) -> contextlib.ExitStack:
+        """A context in which the model holds the weights that dev checks and best/ see."""
+        stack = contextlib.ExitStack()
+        for cb in self.callbacks:
+            stack.enter_context(cb.served_weights(self.model))
+        return stack
+
+    def compute_loss(self, qb, w: torch.Tensor, a: torch.Tensor, rows: list[int], mask: torch.Tensor,
+                     relevant: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """The loss of one batch (query i's positive is document i): the public hook for research
+        code (``research/hybrid_probe.py`` scores two fields)."""
+        scores = self.bm25.score(self.target.boosts(qb, w, a, self.cmap), rows)
+        return self.loss(a, scores, torch.arange(len(qb.terms), device=self.device), mask, relevant,
+                         self._teacher_scores(qb, rows))
+
+    def _teacher(self) -> QueryAugmenter | None:
+        """The ``--teacher`` model (on the CPU until the model moves), checked for its target."""
+        from bm25aug.eval.evaluate import resolve_checkpoint
+
+        if not self.config.teacher:
+            return None
+        teacher = QueryAugmenter.from_pretrained(resolve_checkpoint(self.config.teacher, self.dataset.name, False))
+        if teacher.config.target != self.config.target:
+            raise UserError(f"--teacher {self.config.teacher} serves {teacher.config.target} indexes, this model "
+                            f"{self.config.target} ones; fix: pass a teacher trained with --target {self.config.target}")
+        return teacher.eval()
+
+    @torch.no_grad()
+    def _teacher_scores(self, qb, rows: list[int]) -> torch.Tensor | None:
+        """The teacher's BM25 scores of the batch (queries x documents), its term lists as served."""
+        if self.teacher is None:
+            return None
+        out = self.teacher(*self.inputs(qb))
+        boosts = self.teacher.target.boosts(qb, out.token_weights.float(), out.augmentation.float(), self.cmap)
+        return self.bm25.score(boosts, rows)
+
+    def _relevant(self, batch: list[Example]) -> torch.Tensor | None:
+        """Queries x vocabulary: whether an a(q) entry reaches a term of one of the query's judged-
+        relevant documents (for ``off_positive_penalty``; None when that is off)."""
+        if not self.config.off_positive_penalty:
+            return None
+        rows = [sorted(self.qrels_rows[e.qid]) for e in batch]
+        docs = self.bm25.doc_matrix([r for rs in rows for r in rs]).to_dense()
+        owner = torch.repeat_interleave(torch.arange(len(rows)), torch.tensor([len(rs) for rs in rows]))
+        found = torch.zeros(len(rows), docs.shape[1]).index_add_(0, owner, docs)
+        return self.cmap.pull(found.to(self.device)) > 0
+
+    # ------------------------------------------------------------------------------------- dev
+    @torch.no_grad()
+    def evaluate_dev(self, baseline: bool = False) -> dict:
+        """Dev quality of the exported term lists searched in Lucene, the way they will be used
+        (``baseline``: the unaugmented BM25 query terms instead)."""
+        self.model.eval()
+        name, scores, added = self.dev_scores(None if baseline else self.model)
+        self.model.train()
+        return {"dev_metric": float(sum(scores.values()) / len(scores)) if scores else 0.0,
+                "dev_metric_name": name, "dev_aug_terms": added}
+
+    @torch.no_grad()
+    def dev_scores(self, model: QueryAugmenter | None) -> tuple[str, dict[str, float], float]:
+        """The dev queries' metric per query (nDCG@10; QA: Acc@5, the paper's first QA metric, as
+        Acc@20 saturates on small corpora) and the mean added terms, for ``model``'s term lists
+        (an eval-mode model) or plain BM25's (None)."""
+        qids = sorted(self.dev.queries)
+        texts = [self.dev.queries[q] for q in qids]
+        vectors = ([self.searcher.query_terms(t) for t in texts] if model is None
+                   else [self.searcher.indexed(v) for v in encode_queries(model, texts, progress=False)])
+        run = parallel_map(lambda v: self.searcher.search_terms(v, self.config.dev_depth), vectors, qids,
+                           self.config.threads)
+        name, scores = per_query(run, self.dev, self.dataset.corpus)
+        return name, scores, mean_added_terms(self.searcher, texts, vectors)
+
+    # ------------------------------------------------------------------------------ checkpoints
+    def _save_state(self, state: dict) -> None:
+        with atomic_dir(self.out / "last", CONFIG_NAME, what="a bm25aug checkpoint") as tmp:
+            self.model.write_files(tmp)
+            buf = BytesIO()  # serialized in memory, so a full disk is an OSError of the write, not torch's
+            torch.save({"state": state, "optimizer": self.optimizer.state_dict(),
+                        "scheduler": self.scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
+                        "callbacks": {type(cb).__name__: cb.state_dict() for cb in self.callbacks}}, buf)
+            (tmp / "trainer_state.pt").write_bytes(buf.getvalue())
+
+    def _load_state(self) -> dict:
+        path = self.out / "last" / "trainer_state.pt"
+        if not path.exists():
+            log.info("no checkpoint in %s; starting from scratch", self.out)
+            self.resume = False
+            return _fresh_state()
+        try:
+            saved = torch.load(path, weights_only=False, map_location=self.device)
+        except (RuntimeError, OSError, EOFError, ValueError, pickle.UnpicklingError) as e:
+            raise UserError(f"{path} is damaged ({type(e).__name__}); fix: restore last/ from a copy, or rerun "
+                            f"without --resume into a new --output-dir") from None
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.scheduler.load_state_dict(saved["scheduler"])
+        torch.set_rng_state(saved["torch_rng"])
+        states = saved.get("callbacks") or {"WeightAverage": saved.get("average")}  # an earlier release kept the average alone
+        for cb in self.callbacks:
+            if states.get(type(cb).__name__) is not None:
+                cb.load_state_dict(states[type(cb).__name__])
+        log.info("resuming %s after epoch %d", self.out, saved["state"]["epoch"])
+        return saved["state"]
+
+
+def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A batch tensor on ``device``: through pinned memory, asynchronously, for CUDA."""
+    return tensor.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else tensor
+
+
+def _fresh_state() -> dict:
+    """Trainer progress before the first epoch (best = -1: any dev score beats it)."""
+    return {"epoch": 0, "best": -1.0, "step": 0}
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto``: CUDA when torch sees a GPU, else CPU. ``cuda`` without one is an error."""
+    if name not in DEVICES:
+        raise UserError(f"unknown device {name!r}; fix: use one of {', '.join(DEVICES)}")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--device cuda, but this torch ({torch.__version__}) sees no CUDA GPU; "
+                        f"fix: install a CUDA build of torch on a GPU machine, or use --device cpu")
+    return torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
