@@ -109,9 +109,10 @@ class TrainConfig:
     @classmethod
     def for_dataset(cls, dataset: str, recipe: str | None = None, **overrides) -> "TrainConfig":
         """Defaults, then the dataset's own recipe, then ``recipe``, then ``overrides`` (None: unset)."""
-        values = recipes.settings(recipes.for_dataset(dataset)) if recipes.for_dataset(dataset) else {}
-        if recipe:
-            values.update(recipes.settings(recipe))
+        values = {}
+        for name in (recipes.for_dataset(dataset), recipe):
+            if name:
+                values.update(recipes.settings(name))
         values.update({k: v for k, v in overrides.items() if v is not None})
         unknown = values.keys() - {f.name for f in fields(cls)}
         if unknown:
