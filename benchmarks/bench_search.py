@@ -12,9 +12,12 @@ and bm25s as the speed peer, with every latency as a ratio to the floor.
 * encode: the model alone, ONNX int8 (what search uses) and torch int8 (the previous default).
 * ``--compare CHECKPOINT ...``: those models' augmented search and ONNX encode too, in the same
   run (e.g. ones trained with ``--encoder-layers 2`` or ``0``, against the default's torch int8 encode).
-* p50 and p95 on one thread; QPS of ``batch_search`` on 1 and 2 threads (encoding included).
-* bm25s (``pip install -e '.[bench]'``): its own tokenizer and index over the same texts, k hits,
-  one query at a time (p50) and as one batch (QPS). Skipped with a note when not installed.
+* p50 and p95 on one thread; QPS of one ``batch_search_arrays`` over all queries on 1 and 2
+  threads (encoding included), and their ratio.
+* bm25s (``pip install -e '.[bench]'``) on every corpus, in a child process of its own: build
+  seconds and peak RSS, its own tokenizer and index over the same texts, k hits, one query at a
+  time (p50) and one ``retrieve`` over all queries on 1 and 2 threads (tokenizing included); our
+  2-thread QPS over its best is printed. Skipped with a note when not installed (``--no-peer``).
 """
 
 from __future__ import annotations
@@ -53,35 +56,56 @@ def interleaved_latencies(paths: dict[str, tuple], rounds: int = 2) -> dict[str,
 
 
 def qps(batch_search, queries: list[str], threads: int) -> float:
-    qids = [str(i) for i in range(len(queries))]
-    batch_search(queries[:50], qids[:50], threads)  # warm-up
+    """Queries per second of one batch over all queries (after a warm-up batch)."""
+    batch_search(queries[:50], threads)
     start = time.perf_counter()
-    batch_search(queries, qids, threads)
+    batch_search(queries, threads)
     return len(queries) / (time.perf_counter() - start)
 
 
-def bm25s_peer(dataset, queries: list[str], k: int) -> dict | None:
-    try:
-        import bm25s
-    except ImportError:
+def _bm25s_child(dataset_name: str, queries: list[str], k: int, out) -> None:
+    """bm25s on its own (a child process, so that its peak RSS is its own): build, then p50/p95
+    one query at a time and QPS of one batch on 1 and 2 threads, tokenizing included."""
+    import resource
+
+    import bm25s
+
+    dataset = load_dataset(dataset_name)
+    texts = [doc.contents for doc in dataset.corpus.values()]
+    start = time.perf_counter()
+    retriever = bm25s.BM25(k1=0.9, b=0.4)
+    retriever.index(bm25s.tokenize(texts, show_progress=False), show_progress=False)
+    build_s = time.perf_counter() - start
+    del texts
+    k = min(k, len(dataset.corpus))
+
+    def batch(qs: list[str], threads: int):
+        return retriever.retrieve(bm25s.tokenize(qs, show_progress=False), k=k, show_progress=False, n_threads=threads)
+
+    lat = interleaved_latencies({"bm25s": (lambda q: batch([q], 1), queries)})["bm25s"]
+    out.put({"name": "bm25s", "build_s": build_s, "p50_ms": float(np.percentile(lat, 50)),
+             "p95_ms": float(np.percentile(lat, 95)), **{f"qps_{t}t": qps(batch, queries, t) for t in (1, 2)},
+             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+
+
+def bm25s_peer(dataset_name: str, queries: list[str], k: int) -> dict | None:
+    import importlib.util
+    import multiprocessing
+
+    if importlib.util.find_spec("bm25s") is None:
         print("bm25s not installed (pip install -e '.[bench]'): no peer row")
         return None
-    ids = list(dataset.corpus)
-    retriever = bm25s.BM25(k1=0.9, b=0.4)
-    retriever.index(bm25s.tokenize([dataset.corpus[d].contents for d in ids], show_progress=False), show_progress=False)
-    k = min(k, len(ids))
-
-    def one(q: str):
-        return retriever.retrieve(bm25s.tokenize([q], show_progress=False), k=k, show_progress=False, n_threads=1)
-
-    lat = interleaved_latencies({"bm25s": (one, queries)})["bm25s"]
-    start = time.perf_counter()
-    retriever.retrieve(bm25s.tokenize(queries, show_progress=False), k=k, show_progress=False, n_threads=1)
-    return {"p50": float(np.percentile(lat, 50)), "p95": float(np.percentile(lat, 95)),
-            "qps": len(queries) / (time.perf_counter() - start)}
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    child = context.Process(target=_bm25s_child, args=(dataset_name, queries, k, out))
+    child.start()
+    result = out.get()
+    child.join()
+    return result
 
 
-def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare: list[Path] = ()) -> dict:
+def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare: list[Path] = (),
+        with_peer: bool = True) -> dict:
     import torch
 
     torch.set_num_threads(1)
@@ -112,9 +136,9 @@ def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare:
         paths[f"encode (onnx int8, {label})"] = (lambda q, m=other: m.encode(q), queries)
         batch[f"augmented ({label})"] = other_search
     rows = interleaved_latencies(paths)
-    rates = {(name, t): qps(lambda q, i, n, s=s: s.batch_search(q, i, k, threads=n), queries, t)
+    rates = {(name, t): qps(lambda q, n, s=s: s.batch_search_arrays(q, k, threads=n), queries, t)
              for name, s in batch.items() for t in (1, 2)}
-    peer = bm25s_peer(dataset, queries, k) if dataset_name == "scifact" else None
+    peer = bm25s_peer(dataset_name, queries, k) if with_peer else None
 
     floor = float(np.percentile(rows["floor"], 50))
     print(f"\n{dataset_name}: {len(dataset.corpus)} docs, {len(queries)} queries, k={k}, checkpoint {checkpoint}")
@@ -124,15 +148,21 @@ def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare:
         print(f"| {name} | {np.percentile(lat, 50):.2f} | {np.percentile(lat, 95):.2f} | "
               f"{np.percentile(lat, 50) / floor:.2f}x | {f'{q1:.0f}' if q1 else ''} | {f'{q2:.0f}' if q2 else ''} |")
     if peer:
-        print(f"| bm25s (peer) | {peer['p50']:.2f} | {peer['p95']:.2f} | {peer['p50'] / floor:.2f}x | "
-              f"{peer['qps']:.0f} (one batch) | |")
+        print(f"| bm25s (peer) | {peer['p50_ms']:.2f} | {peer['p95_ms']:.2f} | {peer['p50_ms'] / floor:.2f}x | "
+              f"{peer['qps_1t']:.0f} | {peer['qps_2t']:.0f} |")
+        best = max(peer["qps_1t"], peer["qps_2t"])
+        print(f"bm25s: build {peer['build_s']:.1f} s, peak RSS {peer['peak_rss_mb']:,.0f} MB; QPS at 2 threads over "
+              f"bm25s's best: bm25-flat {rates[('bm25-flat', 2)] / best:.2f}x, augmented "
+              f"{rates[('augmented', 2)] / best:.2f}x")
+    for name in ("bm25-flat", "augmented"):
+        print(f"{name}: QPS 2 threads / 1 thread {rates[(name, 2)] / rates[(name, 1)]:.2f}x")
     p50 = {name: float(np.percentile(lat, 50)) for name, lat in rows.items()}
     paths = {name: {"p50_ms": p50[name], "p95_ms": float(np.percentile(lat, 95)),
                     **{f"qps_{t}t": rates[(name, t)] for t in (1, 2) if (name, t) in rates}}
              for name, lat in rows.items()}
     return {
         "paths": paths,
-        "peer": {"name": "bm25s", "p50_ms": peer["p50"], "p95_ms": peer["p95"], "qps_batch": peer["qps"]} if peer else None,
+        "peer": peer,
         "dataset": dataset_name, "num_docs": len(dataset.corpus), "num_queries": len(queries), "k": k,
         "floor_p50_ms": floor, "bm25_flat_p50_ms": p50["bm25-flat"], "bm25_wp_p50_ms": p50["bm25-wp"],
         "augmented_p50_ms": p50["augmented"], "encode_p50_ms": p50["encode (onnx int8)"],
@@ -140,7 +170,7 @@ def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare:
         **{f"{key}_p95_ms": float(np.percentile(rows[name], 95)) for key, name in
            (("floor", "floor"), ("bm25_flat", "bm25-flat"), ("bm25_wp", "bm25-wp"), ("augmented", "augmented"))},
         **{f"qps_{name.replace('-', '_')}_{t}t": rate for (name, t), rate in rates.items() if "(" not in name},
-        "bm25s_qps": peer["qps"] if peer else None, "bm25s_p50_ms": peer["p50"] if peer else None,
+        **({f"bm25s_{key}": peer[key] for key in ("qps_1t", "qps_2t", "build_s", "peak_rss_mb", "p50_ms")} if peer else {}),
         "compare": [{"checkpoint": str(c), "augmented_p50_ms": p50[f"augmented ({label})"],
                      "encode_p50_ms": p50[f"encode (onnx int8, {label})"],
                      **{f"qps_augmented_{t}t": rates[(f"augmented ({label})", t)] for t in (1, 2)}}
@@ -157,12 +187,13 @@ def main() -> None:
     p.add_argument("--json-out", help="one JSON object per dataset, in a list")
     p.add_argument("--record", help="write the run where docs/speed.md's Speed table is generated from "
                                     "(docs/data/speed.json), with this command")
+    p.add_argument("--no-peer", action="store_true", help="leave bm25s out (it builds its own index of each corpus)")
     p.add_argument("--compare", nargs="*", default=[],
                    help="other checkpoints whose augmented search and encoder join the same run")
     args = p.parse_args()
     try:
         checkpoint, *compare = (resolve_checkpoint(c, args.dataset[0], False) for c in [args.checkpoint, *args.compare])
-        results = [run(name, checkpoint, args.split, args.k, compare) for name in args.dataset]
+        results = [run(name, checkpoint, args.split, args.k, compare, not args.no_peer) for name in args.dataset]
     except UserError as e:  # e.g. no such model, or no ../shared/data: one line, as the CLI prints it
         raise SystemExit(f"error: {e}") from None
     if args.json_out:

@@ -9,14 +9,17 @@ so vocabulary and term statistics are real. SciFact's queries and qrels judge it
 
 Each step runs in its own process, so that its peak RSS (JVM included) is its own:
 
-* build: flat and wp index build seconds, docs/s, peak RSS;
+* build: flat and wp index build seconds, docs/s, peak RSS, and its two parts' peaks: anonymous
+  memory (the JVM heap, Python's objects) and file-backed memory (mapped index segments, which
+  the kernel drops under pressure);
 * train: ``Trainer`` setup (hard-negative mining on the padded index, the document rows that
   training reads) seconds and peak RSS, then seconds per training step (default settings);
 * search: p50 of bm25-flat, bm25-wp and augmented (``--checkpoint``, trained on SciFact) over the
   300 SciFact test queries, k=1000, one thread, and their nDCG@10 against the padded corpus.
 
-It ends with a line extrapolating time and memory to NQ's 21M passages (linear in the corpus
-size, from the two largest sizes run).
+It ends with a line extrapolating time and memory to NQ's 21M passages: a least-squares line in
+the corpus size through every size run (three or more), a value whose line falls below zero left
+out. ``--steps build`` runs only the builds (no table, the line still printed).
 """
 
 from __future__ import annotations
@@ -83,20 +86,54 @@ def padded_corpus(size: int, seed: int = 0) -> Path:
 
 
 # ------------------------------------------------------------------------------------------- steps
+class MemorySampler:
+    """Peaks of this process's anonymous memory (Java heap, Python objects) and file-backed memory
+    (mapped index segments, which the kernel may drop at will), from ``/proc/self/status`` every
+    0.1 s: the peak RSS alone cannot tell the two apart."""
+
+    def __init__(self):
+        import threading
+
+        self.peak = {"RssAnon": 0, "RssFile": 0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in self.peak:
+                self.peak[key] = max(self.peak[key], int(value.split()[0]))  # kB
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            self._sample()
+
+    def __enter__(self) -> "MemorySampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+
 def step_build(folder: Path, flavor: str) -> dict:
     from bm25aug.data.registry import load_dataset
     from bm25aug.lucene.index import ensure_index
 
     import resource
 
-    dataset = load_dataset(str(folder))
-    start = time.perf_counter()
-    ensure_index(dataset, flavor, force=True)
-    seconds = time.perf_counter() - start
+    with MemorySampler() as memory:
+        dataset = load_dataset(str(folder))
+        start = time.perf_counter()
+        ensure_index(dataset, flavor, force=True)
+        seconds = time.perf_counter() - start
     # The wp build's tokenizer worker processes (large corpora) are this step's children, not in its own RSS.
     workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return {f"build_s_{flavor}": seconds, f"docs_per_s_{flavor}": len(dataset.corpus) / seconds,
-            f"build_worker_peak_rss_mb_{flavor}": workers}
+            f"build_worker_peak_rss_mb_{flavor}": workers, f"build_peak_anon_mb_{flavor}": memory.peak["RssAnon"] / 1024,
+            f"build_peak_file_mb_{flavor}": memory.peak["RssFile"] / 1024}
 
 
 def step_train(folder: Path, steps: int) -> dict:
@@ -163,38 +200,47 @@ def run_step(step: str, folder: Path, args) -> dict:
 def measure(size: int, args) -> dict:
     folder = padded_corpus(size)
     row: dict = {"size": size}
-    rss = []
-    for flavor in ("flat", "wp"):
-        values = run_step(f"build-{flavor}", folder, args)
-        rss.append(values.pop("peak_rss_mb"))
-        row.update(values)
-    row["build_peak_rss_mb"] = max(rss)
-    values = run_step("train", folder, args)
-    row["train_peak_rss_mb"] = values.pop("peak_rss_mb")
-    row.update(values)
-    values = run_step("search", folder, args)
-    row["search_peak_rss_mb"] = values.pop("peak_rss_mb")
-    row.update(values)
+    if "build" in args.steps:
+        rss = []
+        for flavor in ("flat", "wp"):
+            values = run_step(f"build-{flavor}", folder, args)
+            rss.append(values.pop("peak_rss_mb"))
+            row.update(values)
+        row["build_peak_rss_mb"] = max(rss)
+        for kind in ("anon", "file"):
+            row[f"build_peak_{kind}_mb"] = max(row[f"build_peak_{kind}_mb_{f}"] for f in ("flat", "wp"))
+    for step in ("train", "search"):
+        if step in args.steps:
+            values = run_step(step, folder, args)
+            row[f"{step}_peak_rss_mb"] = values.pop("peak_rss_mb")
+            row.update(values)
     print(json.dumps(row), flush=True)
     return row
 
 
+# What the NQ line extrapolates: (key, label, unit divisor, unit).
+_EXTRAPOLATED = (("build_s_flat", "flat build", 3600, "h"), ("build_s_wp", "wp build", 3600, "h"),
+                 ("build_peak_anon_mb", "build anonymous peak", 1024, "GB"),
+                 ("build_peak_rss_mb", "build peak RSS (mapped segments included)", 1024, "GB"),
+                 ("train_setup_s", "training setup", 60, "min"), ("train_peak_rss_mb", "training peak RSS", 1024, "GB"),
+                 ("p50_ms_bm25_wp", "bm25-wp p50", 1, "ms"), ("p50_ms_augmented", "augmented p50", 1, "ms"))
+
+
 def extrapolate(rows: list[dict], target: int = NQ_PASSAGES) -> str:
-    """Linear in the corpus size through the two largest sizes measured."""
-    if len(rows) < 2:
-        return "(one size measured: no extrapolation)"
-    a, b = sorted(rows, key=lambda r: r["size"])[-2:]
-
-    def at(key: str) -> float:
-        slope = (b[key] - a[key]) / (b["size"] - a["size"])
-        return b[key] + slope * (target - b["size"])
-
-    return (f"Extrapolated to NQ's {target:,} passages, linearly through {a['size']:,} and {b['size']:,} "
-            f"(training setup: for SciFact's training queries): "
-            f"flat build {at('build_s_flat') / 3600:.1f} h, wp build {at('build_s_wp') / 3600:.1f} h, "
-            f"build peak RSS {at('build_peak_rss_mb') / 1024:.1f} GB, training setup {at('train_setup_s') / 60:.0f} min "
-            f"at {at('train_peak_rss_mb') / 1024:.1f} GB peak RSS, bm25-wp p50 {at('p50_ms_bm25_wp'):.0f} ms, "
-            f"augmented p50 {at('p50_ms_augmented'):.0f} ms.")
+    """A least-squares line in the corpus size through every size measured (three or more), read at
+    ``target``; a value whose line falls below zero there is not extrapolated (noise, not a cost)."""
+    if len(rows) < 3:
+        return f"({len(rows)} size(s) measured: a line needs three or more, so no extrapolation)"
+    sizes = np.array([r["size"] for r in rows], float)
+    parts = []
+    for key, label, divisor, unit in _EXTRAPOLATED:
+        if all(key in r for r in rows):
+            slope, intercept = np.polyfit(sizes, [r[key] for r in rows], 1)
+            value = slope * target + intercept
+            parts.append(f"{label} {value / divisor:.1f} {unit}" if value >= 0 else f"{label} not extrapolated "
+                         f"(its line falls below 0)")
+    return (f"Extrapolated to NQ's {target:,} passages by a line through {', '.join(f'{int(s):,}' for s in sizes)} "
+            f"(training setup: for SciFact's training queries): " + ", ".join(parts) + ".")
 
 
 def main() -> None:
@@ -205,6 +251,8 @@ def main() -> None:
     p.add_argument("--json-out", help="one JSON object per size, in a list")
     p.add_argument("--record", help="write the run where docs/speed.md's Scale table is generated from "
                                     "(docs/data/scale.json), with this command")
+    p.add_argument("--steps", nargs="+", choices=("build", "train", "search"), default=["build", "train", "search"],
+                   help="which steps to run at each size (the table and --record need all three)")
     p.add_argument("--step", choices=STEPS, help=argparse.SUPPRESS)
     p.add_argument("--folder", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
@@ -235,7 +283,10 @@ def main() -> None:
         rows = [measure(size, args) for size in args.sizes]
     except UserError as e:  # e.g. no ../shared/data: one line, as the CLI prints it
         raise SystemExit(f"error: {e}") from None
-    print("\n" + scale_table(rows) + "\n\n" + extrapolate(rows))
+    full = set(args.steps) == {"build", "train", "search"}
+    print(("\n" + scale_table(rows) + "\n" if full else "") + "\n" + extrapolate(rows))
+    if args.record and not full:
+        raise SystemExit("error: --record writes the Scale table, which needs every step; fix: drop --steps")
     from bm25aug.io import write_json
 
     if args.json_out:

@@ -98,7 +98,7 @@ def test_torch_bm25_equals_lucene_on_scifact_flat(scifact, scifact_flat):
     for q in list(scifact.split("test").queries.values())[:20]:
         terms = {t: float(c * rng.uniform(0.1, 3)) for t, c in searcher.query_terms(q).items() if t in bm25.columns}
         terms.update({str(t): float(rng.uniform(0.01, 1)) for t in rng.choice(terms_pool, 10)})
-        docs, lucene = index._top(index.weighted_query(terms), 100)
+        docs, lucene = index.raw_top(index.weighted_query(terms), 100)
         boosts = torch.zeros(1, len(bm25.columns))
         for t, w in terms.items():
             boosts[0, bm25.columns[t]] = w

@@ -7,7 +7,7 @@ import pytest
 
 from bm25aug.data.registry import load_dataset
 from bm25aug.lucene.index import ensure_index
-from bm25aug.lucene.reader import anserini_scores, weighted_query_string
+from bm25aug.lucene.reader import PAIRS, anserini_scores, anserini_top, weighted_query_string
 from bm25aug.search.bm25 import BM25Searcher
 from conftest import write_beir
 from test_export import plain_pyserini_search
@@ -71,6 +71,28 @@ def _ties_adjusted_one_by_one(raw: np.ndarray) -> np.ndarray:
     return scores
 
 
+def test_a_batch_of_queries_is_ranked_as_each_alone():
+    """``anserini_top`` over several queries' hits at once (runs of ties never crossing two
+    queries, empty ones between) equals ranking each query alone, as Anserini does hit by hit."""
+    rng = np.random.default_rng(1)
+    id_rank = rng.permutation(5000)
+    results, alone = [], []
+    for n in (0, 1, 40, 0, 1016, 300, 2):
+        raw = np.sort(np.float32(np.round(rng.uniform(0, 3, n), 3)))[::-1]  # many equal scores, and 1e-4 gaps
+        pairs = np.zeros(n, PAIRS)
+        pairs["doc"], pairs["score"] = rng.choice(5000, n, replace=False), raw
+        pairs = pairs[np.lexsort((pairs["doc"], -pairs["score"].astype(np.float32)))]  # Lucene's order
+        results.append(pairs)
+        for k in (1, 25, 1000):
+            docs = pairs["doc"].astype(np.int64)
+            order = sorted(range(n), key=lambda i: (-float(pairs["score"][i]), id_rank[docs[i]]))[:k]
+            alone.append((k, docs[order], _ties_adjusted_one_by_one(pairs["score"].astype(np.float32)[order])))
+    got = [top for k in (1, 25, 1000) for top in anserini_top(results, k, id_rank)]
+    expected = sorted(alone, key=lambda e: e[0])
+    for top, (k, docs, scores) in zip(got, expected):
+        assert np.array_equal(top.lucene_ids, docs) and np.array_equal(top.scores, scores), k
+
+
 def test_score_rounding_skips_only_hits_that_cannot_tie():
     """``anserini_scores`` visits only runs of ties; on long runs of equal and 1e-4-apart scores
     (runs past 100, where a 2e-4 gap still ties) it equals the hit-by-hit loop."""
@@ -93,12 +115,15 @@ def test_scifact_every_hit_equals_pyserini(scifact, scifact_wp, flavor):
 
     theirs = LuceneSearcher(str(index))
     theirs.set_bm25(0.9, 0.4)
-    for query in scifact.split("test").queries.values():
+    queries = list(scifact.split("test").queries.values())
+    batch = ours.batch_search(queries, [str(i) for i in range(len(queries))], 1000, threads=2)
+    for i, query in enumerate(queries):
         got = [(h.docid, h.score) for h in ours.search(query, 1000)]
         if flavor == "wp":
             assert got == plain_pyserini_search(index, ours.query_terms(query), 1000), query
         else:
             assert got == [(h.docid, h.score) for h in theirs.search(query, 1000)], query
+        assert [(h.docid, h.score) for h in batch[str(i)]] == got, query  # the Java pool: the same hits
 
 
 def test_query_terms_are_never_truncated_by_the_model_tokenizer(tiny_wp, offline_model):

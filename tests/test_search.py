@@ -95,7 +95,7 @@ def test_scifact_run_file_rescoring(method, scifact, tmp_path):
                   "--output", str(tmp_path / "run.trec"))
     assert out.returncode == 0, out.stderr
     m = json.loads((tmp_path / "m.json").read_text())
-    assert m["num_queries"] == 300 and m["latency_ms_p50"] > 0
+    assert m["num_queries"] == 300 and m["latency_ms_p50"] > 0 and m["qps"] > 0
     rescored = run_cli("-m", "bm25aug.cli", "eval", "--dataset", "scifact", "--run", str(tmp_path / "run.trec"),
                        "--json-out", str(tmp_path / "r.json"))
     assert rescored.returncode == 0, rescored.stderr
@@ -121,3 +121,50 @@ def test_augmented_term_lists_leave_out_terms_the_index_lacks(tiny_wp, flat_mode
     assert terms == {t: w for t, w in exported.items() if t not in lacking}
     assert augmented.search(query, 10) == searcher.search_terms(exported, 10)
     assert not lacking & augmented.augment(query).added.keys()
+
+
+def test_batch_search_on_the_java_pool_equals_one_by_one(tiny_wp, flat_model):
+    """Every batch path (flat, wp, weighted term lists, augmented; empty and term-less queries
+    among them; more queries than a chunk) returns each query's hits exactly as searching it
+    alone does, on 1 and 2 threads; a TREC run written from the arrays equals the ``Hit`` one."""
+    from bm25aug.model.encoder import encode_queries
+    from bm25aug.search.augmented import AugmentedSearcher
+    from bm25aug.search.batch import CHUNK
+    from bm25aug.search.trec import array_lines, trec_lines
+
+    _, wp, flat = tiny_wp
+    words = ["cat", "dogs barking", "", "the", "pasta telescope", "cats on a mat", "\u2603", "purred"]
+    queries = [words[i % len(words)] + (" cat" * (i % 3)) for i in range(CHUNK + 37)]
+    queries[2] = ""
+    qids = [f"q{i}" for i in range(len(queries))]
+    for index in (flat, wp):
+        searcher = BM25Searcher(index)
+        alone = [searcher.search(q, 5) for q in queries]
+        for threads in (1, 2):
+            assert [searcher.hits(t) for t in searcher.batch_search_arrays(queries, 5, threads)] == alone
+        assert list(searcher.batch_search(queries, qids, 5).values()) == alone
+        tops = searcher.batch_search_arrays(queries, 5)
+        assert list(array_lines(qids, tops, searcher.docids)) == list(trec_lines(dict(zip(qids, alone))))
+    searcher = BM25Searcher(wp)
+    term_lists = [searcher.query_terms(q) | {"mat": 0.5} for q in queries[:50]] + [{}, {"cat": 0.0}]
+    assert ([searcher.hits(t) for t in searcher.batch_search_terms_arrays(term_lists, 5, 2)]
+            == [searcher.search_terms(t, 5) for t in term_lists])
+    augmented = AugmentedSearcher(flat_model, BM25Searcher(flat))
+    batched = [augmented.hits(t) for t in augmented.batch_search_arrays(queries, 5, 1)]
+    assert [augmented.hits(t) for t in augmented.batch_search_arrays(queries, 5, 2)] == batched
+    # Encoded in batches, searched as those term lists are alone (the torch model: no int8 drift).
+    lists = augmented.term_lists(queries)
+    assert batched == [augmented.bm25.search_terms(t, 5) for t in lists]
+    assert lists[2] == {} and batched[2] == []
+    exported = encode_queries(flat_model, queries, progress=False)  # what `bm25aug export` writes
+    assert [augmented.bm25.indexed(t) for t in exported[3:]] == lists[3:]
+
+
+def test_a_batch_with_a_query_lucene_refuses_names_it(tiny_wp):
+    """A query past Lucene's clause limit, inside a batch on the pool, is the one-line error a
+    single search gives, not a Java traceback."""
+    _, wp, _ = tiny_wp
+    searcher = BM25Searcher(wp)
+    too_many = {f"t{i}": 1.0 for i in range(70_000)}
+    with pytest.raises(UserError, match="clause limit"):
+        searcher.batch_search_terms_arrays([{"cat": 1.0}, too_many], 5, 2)

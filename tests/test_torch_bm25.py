@@ -19,7 +19,7 @@ def lucene_raw_scores(index_dir, terms: dict[str, float], k: int) -> tuple[list[
     from bm25aug.lucene.reader import LuceneIndex
 
     index = LuceneIndex(index_dir)
-    docs, scores = index._top(index.weighted_query(terms), k)
+    docs, scores = index.raw_top(index.weighted_query(terms), k)
     index.close()
     return index.docids[docs].tolist(), scores.astype(np.float64)
 

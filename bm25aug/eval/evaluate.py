@@ -62,7 +62,7 @@ class EvalConfig:
 @dataclass(frozen=True)
 class Method:
     """A registry entry: ``searcher(index, config, checkpoint)`` returns an object with
-    ``search_arrays`` and ``hits`` (``BM25Searcher``, ``AugmentedSearcher``)."""
+    ``search_arrays``, ``batch_search_arrays`` and ``hits`` (``BM25Searcher``, ``AugmentedSearcher``)."""
 
     name: str
     flavor: str  # the index it searches; "target": the checkpoint's (wp or flat)
@@ -168,20 +168,21 @@ def resolve_checkpoint(path: str | None, dataset_name: str, transfer: bool) -> P
     return default
 
 
-def timed_run(search, queries: dict[str, str], warmup: int = 10) -> tuple[dict, np.ndarray]:
-    """Search query by query on one thread, timing each (model inference included). ``search``
-    is a searcher's array path (``search_arrays``): what Lucene and the model cost, not the
-    building of Python hit objects."""
-    from bm25aug.progress import progress
+LATENCY_QUERIES = 100  # queries timed one at a time for p50/p95 (the run itself is one batch)
 
-    for q in list(queries.values())[:warmup]:
+
+def latency_ms(search, queries: list[str], warmup: int = 10) -> np.ndarray:
+    """Milliseconds per query, searched one at a time on one thread (model inference included),
+    over the first ``LATENCY_QUERIES`` queries. ``search`` is a searcher's array path
+    (``search_arrays``): what Lucene and the model cost, not the building of Python hit objects."""
+    for q in queries[:warmup]:
         search(q)
-    run, latencies = {}, []
-    for qid, q in progress(queries.items(), desc="search", unit="q", leave=False):
+    latencies = []
+    for q in queries[:LATENCY_QUERIES]:
         start = time.perf_counter()
-        run[qid] = search(q)
+        search(q)
         latencies.append(time.perf_counter() - start)
-    return run, np.asarray(latencies) * 1000
+    return np.asarray(latencies) * 1000
 
 
 def run_method(method: Method, config: EvalConfig, dataset, split, k: int, checkpoint: Path | None,
@@ -199,23 +200,27 @@ def run_method(method: Method, config: EvalConfig, dataset, split, k: int, check
     searcher = method.searcher(index, config, checkpoint)
     if given:
         verify_index(index, dataset, searcher.docids)
+    qids, texts = list(split.queries), list(split.queries.values())
     extra = {}
     if isinstance(searcher, AugmentedSearcher):
-        texts = list(split.queries.values())
-        terms = [searcher.term_list(t) for t in texts]
+        terms = searcher.term_lists(texts)
         extra = {"aug_terms_mean": mean_added_terms(searcher.bm25, texts, terms),
                  "query_terms_mean": float(np.mean([len(v) for v in terms])) if terms else 0.0}
         if not dataset.is_qa and DocTermReader(searcher.bm25.index, searcher.bm25.meta.flavor == "wp").readable:
-            extra.update(added_term_precision(searcher.bm25, dict(zip(split.queries, terms)), split))
+            extra.update(added_term_precision(searcher.bm25, dict(zip(qids, terms)), split))
         elif not dataset.is_qa:
             log.info("%s stores no document vectors, so the added terms' precision is not measured (a stock index "
                      "needs none to search)", index)
-    tops, lat = timed_run(lambda q: searcher.search_arrays(q, k), split.queries)
-    run = {qid: searcher.hits(top) for qid, top in tops.items()}
+    lat = latency_ms(lambda q: searcher.search_arrays(q, k), texts)
+    start = time.perf_counter()
+    tops = searcher.batch_search_arrays(texts, k, config.threads, desc="search")
+    qps = len(texts) / max(time.perf_counter() - start, 1e-9)
+    run = {qid: searcher.hits(top) for qid, top in zip(qids, tops)}
     if remove_query:
         run = drop_query_hits(run)
     metrics = evaluate_split(run, split, dataset.corpus)
-    metrics.update(latency_ms_p50=float(np.percentile(lat, 50)), latency_ms_p95=float(np.percentile(lat, 95)), **extra)
+    metrics.update(latency_ms_p50=float(np.percentile(lat, 50)), latency_ms_p95=float(np.percentile(lat, 95)), qps=qps,
+                   **extra)
     return metrics, run
 
 
@@ -226,14 +231,15 @@ def drop_query_hits(run: dict[str, list]) -> dict[str, list]:
 
 
 def evaluate(config: EvalConfig) -> EvalResult:
-    """Run ``config.method`` (and its companions) on the dataset's split, one query at a time."""
+    """Run ``config.method`` (and its companions) on the dataset's split: the run as one batch on
+    ``config.threads`` threads, p50/p95 latency one query at a time (``latency_ms``)."""
     import torch
 
     from bm25aug.data.registry import load_dataset
 
     if config.method not in METHODS:
         raise UserError(f"unknown method {config.method!r}; fix: use one of {', '.join(METHODS)}")
-    torch.set_num_threads(1)  # latency is per query, single thread, model included
+    torch.set_num_threads(1)  # latency is per query, single thread, model included (batches: Java's threads)
     dataset = load_dataset(config.dataset, config.data_dir)
     split_name = dataset.spec.eval_split if config.split is None else config.split
     split = dataset.split(split_name)
@@ -299,7 +305,7 @@ def inputs(config: EvalConfig, run_file: str | Path | None = None) -> dict[str, 
 
 def format_table(results: dict[str, dict]) -> str:
     keys = [k for k in ("ndcg@10", "recall@100", "recall_cap@100", "mrr@10", "map", "acc@1", "acc@5", "acc@20",
-                        "acc@100", "latency_ms_p50", "latency_ms_p95", "aug_terms_mean", "added_precision_weight")
+                        "acc@100", "latency_ms_p50", "latency_ms_p95", "qps", "aug_terms_mean", "added_precision_weight")
             if any(k in m for m in results.values())]
     width = {k: max(15, len(k) + 2) for k in keys}
     header = f"{'method':<14}" + "".join(f"{k:>{width[k]}}" for k in keys)

@@ -7,8 +7,8 @@ its ScoreDocs in Java, so that no Java object per hit reaches Python). External 
 
 Results equal Pyserini's exactly. Anserini searches with ties broken by the external id, rounds
 each score to 4 decimals and then lowers the k-th of a run of equal rounded scores by k·1e-6 so
-that every evaluation tool keeps its order (``ScoreTiesAdjusterReranker``); ``anserini_order`` and
-``anserini_scores`` do the same in numpy, in float32 as Java does.
+that every evaluation tool keeps its order (``ScoreTiesAdjusterReranker``); ``anserini_top`` and
+``anserini_scores`` do the same in numpy, in float32 as Java does, for a whole batch at once.
 
 Threads: pyjnius stores the target object on a method shared by all instances of a class, so two
 threads calling the same method on different objects can swap targets (pyjnius #287, #563). Every
@@ -35,6 +35,7 @@ FIELD = "contents"
 ID_FIELD = "id"
 DOCIDS_FILE = "docids.txt"
 K1, B = 0.9, 0.4  # BM25 as Anserini's BEIR regressions run it: the default everywhere
+ANALYZED, WEIGHTED = "analyzed", "weighted"  # query texts: Anserini's bag of words, or term^boost clauses
 TIE_MARGIN = 16  # extra hits fetched so a tie across the k-th place can be resolved by external id
 _SPECIAL = re.compile(r'([\\+\-!():^\[\]"{}~*?|&/\s])')
 _KEYWORDS = {"AND", "OR", "NOT"}
@@ -109,7 +110,7 @@ def _search_handle(cls, int_type):
     return h.filterReturnValue(h.filterReturnValue(search, lookup.findGetter(top_docs, "scoreDocs", score_docs)), pack)
 
 
-_PAIRS = np.dtype([("doc", ">i4"), ("score", ">f4")])
+PAIRS = np.dtype([("doc", ">i4"), ("score", ">f4")])  # what the search handle packs
 
 
 _java: _Java | None = None
@@ -156,33 +157,59 @@ class TopK:
 EMPTY = TopK(np.zeros(0, np.int32), np.zeros(0, np.float32))
 
 
-def anserini_order(lucene_ids: np.ndarray, scores: np.ndarray, id_rank: np.ndarray) -> np.ndarray:
-    """Positions sorted by score, descending, then by external id, ascending. Lucene returns them
-    by score already; only equal scores need another look."""
-    if not np.any(scores[1:] == scores[:-1]):
-        return np.arange(len(scores))
-    return np.lexsort((id_rank[lucene_ids], -scores))
+def anserini_top(results: list[np.ndarray], k: int, id_rank: np.ndarray) -> list[TopK]:
+    """Each query's top k exactly as Anserini returns them, from Lucene's hits (``PAIRS``
+    arrays, best first, one per query), all queries at once in numpy: equal scores ordered by
+    external id (``id_rank``), the first k kept, scores as ``anserini_scores``."""
+    lengths = np.fromiter(map(len, results), np.int64, len(results))
+    if not lengths.sum():
+        return [EMPTY] * len(results)
+    pairs = np.concatenate(results)
+    docs, raw = pairs["doc"].astype(np.int64), pairs["score"].astype(np.float32)
+    query = np.repeat(np.arange(len(results)), lengths)
+    # Lucene sorted each query by score already: only runs of equal scores need another look, so
+    # sort by (run of equal scores, external id); runs never span two queries.
+    run = np.ones(len(raw), bool)
+    run[1:] = (raw[1:] != raw[:-1]) | (query[1:] != query[:-1])
+    order = np.argsort(np.cumsum(run) * np.int64(len(id_rank)) + id_rank[docs], kind="stable")
+    ends = np.cumsum(lengths)
+    keep = order[np.arange(len(raw)) - (ends - lengths)[query] < k]
+    kept = np.minimum(lengths, k)
+    bounds = np.cumsum(kept)[:-1]
+    first = np.zeros(len(keep), bool)
+    first[0] = True
+    first[bounds[bounds < len(keep)]] = True
+    scores = anserini_scores(raw[keep], first)
+    return [TopK(d, s) for d, s in zip(np.split(docs[keep], bounds), np.split(scores, bounds))]
 
 
-def anserini_scores(raw: np.ndarray) -> np.ndarray:
+def anserini_scores(raw: np.ndarray, first: np.ndarray | None = None) -> np.ndarray:
     """Round to 4 decimals (``Math.round`` in double), then lower the i-th score of a run of ties
     by i·1e-6, all in float32 as ``ScoreTiesAdjusterReranker`` does: hit by hit, a hit ties when
-    the previous score, as already lowered, is at most 1e-4 above it."""
+    the previous score, as already lowered, is at most 1e-4 above it. ``first`` marks where each
+    query's hits start when ``raw`` holds several queries' (a run never crosses them).
+
+    Vectorized: start from the hits that tie before any lowering and grow the set until it holds
+    (lowering only lengthens runs, and a set that satisfies the rule at every hit is the one the
+    hit-by-hit loop reaches, since that rule looks only backwards); it settles in a few rounds."""
     scores = (np.floor(raw.astype(np.float64) * 10000.0 + 0.5) / 10000.0).astype(np.float32)
     tol, eps = np.float32(1e-4), np.float32(1e-6)
-    # A run of ties can only start where the unlowered gap is within 1e-4 (lowering the previous
-    # score only narrows a gap, so such a hit ties whatever came before); from there it runs hit
-    # by hit until a gap is too wide. Between runs nothing changes, so only runs are visited.
-    end = 0
-    for start in (np.flatnonzero(scores[:-1] - scores[1:] <= tol) + 1).tolist():
-        if start < end:
-            continue  # inside the run already walked
-        dup, end = 0, start
-        while end < scores.size and scores[end - 1] - scores[end] <= tol:
-            dup += 1
-            scores[end] = scores[end] - eps * np.float32(dup)
-            end += 1
-    return scores
+    starts = np.zeros(scores.size, bool) if first is None else first.copy()
+    starts[:1] = True
+    ties = np.zeros(scores.size, bool)
+    ties[1:] = scores[:-1] - scores[1:] <= tol
+    ties &= ~starts
+    position = np.arange(scores.size)
+    while True:
+        # A hit's place in its run of ties: hits since the last hit that does not tie.
+        dup = position - np.maximum.accumulate(np.where(ties, 0, position))
+        lowered = scores - eps * dup.astype(np.float32)
+        grown = np.zeros(scores.size, bool)
+        grown[1:] = lowered[:-1] - scores[1:] <= tol
+        grown &= ~starts
+        if np.array_equal(grown, ties):
+            return lowered
+        ties = grown
 
 
 class LuceneIndex:
@@ -234,9 +261,17 @@ class LuceneIndex:
     # ---------------------------------------------------------------------------------- queries
     def weighted_query(self, terms: dict[str, float], field: str = FIELD):
         """``BooleanQuery`` of ``BoostQuery(TermQuery(field:term), weight)``; terms are not analyzed."""
-        text = weighted_query_string(terms)
-        with JNI_LOCK:
-            return self.j.parser(field).parse(text)
+        return self._parse(weighted_query_string(terms), field)
+
+    def _parse(self, text: str, field: str = FIELD):
+        """``term^boost`` clauses as a Java query; one past the clause limit is one error line."""
+        from jnius import JavaException
+
+        try:
+            with JNI_LOCK:
+                return self.j.parser(field).parse(text)
+        except JavaException as e:
+            raise search_error(self.path, e) from None
 
     def analyzed_query(self, text: str, field: str = FIELD):
         """Pyserini's default query for a flat index: the English analyzer's terms, boosted by count.
@@ -249,9 +284,17 @@ class LuceneIndex:
                 return query
         return self.j.bag_of_words.buildQuery(field, self.j.english, text)
 
+    def query(self, kind: str, text: str):
+        """The Java query of a query text of ``kind`` (``bm25aug.lucene.batch``'s two kinds)."""
+        return self.analyzed_query(text) if kind == ANALYZED else self._parse(text)
+
     # ----------------------------------------------------------------------------------- search
-    def _top(self, query, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Lucene's top n by score (ties: lower Lucene doc first), as arrays."""
+    def raw_top(self, query, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Lucene's own top n by score (ties: lower Lucene doc first), unrounded, as arrays."""
+        pairs = self._top(query, n)
+        return pairs["doc"].astype(np.int64), pairs["score"].astype(np.float32)
+
+    def _top(self, query, n: int) -> np.ndarray:
         # pyjnius passes the varargs of invokeWithArguments as separate arguments: no argument list to build.
         args = (self.searcher, query, self.j.integer(n))
         with JNI_LOCK:
@@ -261,8 +304,7 @@ class LuceneIndex:
         if pairs is None:
             pairs = self._invoke(args)
         # ByteArray.tostring() copies pyjnius's buffer in one go; bytes(pairs) iterates it element by element.
-        pairs = np.frombuffer(pairs.tostring(), dtype=_PAIRS)
-        return pairs["doc"].astype(np.int64), pairs["score"].astype(np.float32)
+        return np.frombuffer(pairs.tostring(), dtype=PAIRS)
 
     def _invoke(self, args):
         """The packed search handle, a refused search as one error line (``search_error``)."""
@@ -273,21 +315,69 @@ class LuceneIndex:
         except JavaException as e:
             raise search_error(self.path, e) from None
 
-    def search(self, query, k: int) -> TopK:
-        """Top k exactly as Anserini returns them: ties at the k-th place go to the smaller
-        external id, so enough hits are fetched to see the whole tie (never more than the index
-        holds, so no depth overflows Java's int)."""
-        check("k", k)
-        if not self.num_docs:
-            return EMPTY
-        n = int(min(k + TIE_MARGIN, self.num_docs))
-        while True:
-            docs, raw = self._top(query, n)
-            if len(docs) < n or len(docs) <= k or raw[k - 1] > raw[-1] or n == self.num_docs:
-                break
+    def depth(self, k: int) -> int:
+        """How many hits to ask Lucene for so that a tie across the k-th place can be resolved
+        by external id (never more than the index holds, so no depth overflows Java's int)."""
+        return int(min(check("k", k) + TIE_MARGIN, self.num_docs))
+
+    def complete(self, pairs: np.ndarray, n: int, k: int) -> bool:
+        """Whether ``pairs`` (the top n) decides the top k: fewer hits than asked for, the k-th
+        score above the last one, or the whole index."""
+        return len(pairs) < n or len(pairs) <= k or pairs["score"][k - 1] > pairs["score"][-1] or n == self.num_docs
+
+    def deepen(self, query, pairs: np.ndarray, n: int, k: int) -> np.ndarray:
+        """Search again, deeper, until a tie across the k-th place is seen whole."""
+        while not self.complete(pairs, n, k):
             n = min(n * 4, self.num_docs)
-        order = anserini_order(docs, raw, self.id_rank)[:k]
-        return TopK(docs[order], anserini_scores(raw[order]))
+            pairs = self._top(query, n)
+        return pairs
+
+    def search(self, query, k: int) -> TopK:
+        """Top k exactly as Anserini returns them (``anserini_top``)."""
+        if not self.num_docs:
+            check("k", k)
+            return EMPTY
+        n = self.depth(k)
+        return anserini_top([self.deepen(query, self._top(query, n), n, k)], k, self.id_rank)[0]
+
+    def submit(self, kind: str, texts: list[str], k: int, threads: int) -> "PendingSearch":
+        """Start searching ``texts`` (query texts of ``kind``, none empty) on ``threads`` Java
+        threads; ``result()`` waits and returns each one's ``TopK``, equal to ``search``'s."""
+        check("k", k)
+        check("threads", threads)
+        return PendingSearch(self, kind, texts, k, threads)
+
+
+class PendingSearch:
+    """A batch running on the Java pool (``bm25aug.lucene.batch``); Python is free meanwhile."""
+
+    def __init__(self, index: LuceneIndex, kind: str, texts: list[str], k: int, threads: int):
+        from bm25aug.lucene.batch import JavaBatch
+
+        self.index, self.kind, self.texts, self.k = index, kind, texts, k
+        self.n = index.depth(k) if index.num_docs else 0
+        self.batch = JavaBatch(index.searcher, kind, texts, self.n, threads) if texts and self.n else None
+
+    def result(self) -> list[TopK]:
+        if self.batch is None:
+            return [EMPTY] * len(self.texts)
+        from jnius import JavaException
+
+        try:
+            packed = self.batch.result()
+        except JavaException as e:  # a query Lucene refused: search one by one for its own error line
+            for text in self.texts:
+                self.index.search(self.index.query(self.kind, text), self.k)
+            raise search_error(self.index.path, e) from None
+        results = [np.frombuffer(p, dtype=PAIRS) for p in packed]
+        for i, pairs in enumerate(results):
+            if not self.index.complete(pairs, self.n, self.k):
+                results[i] = self.index.deepen(self.index.query(self.kind, self.texts[i]), pairs, self.n, self.k)
+        return anserini_top(results, self.k, self.index.id_rank)
+
+    def cancel(self) -> None:
+        if self.batch is not None:
+            self.batch.cancel()
 
 
 def open_reader(index_dir: str | Path):

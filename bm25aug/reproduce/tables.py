@@ -2,7 +2,7 @@
 
 * ``<!-- reproductions:NAME -->`` blocks: the conditions of ``reproductions.yaml`` whose ``table``
   names NAME, with their expected values and commands.
-* ``<!-- bench:speed -->`` and ``<!-- bench:scale -->`` blocks: the recorded runs of
+* ``<!-- bench:speed -->``, ``<!-- bench:throughput -->`` and ``<!-- bench:scale -->`` blocks: the recorded runs of
   ``benchmarks/bench_search.py`` and ``benchmarks/scale.py`` (``--record docs/data/*.json``).
 
 ``python -m bm25aug.reproduce --write-readme`` rewrites every block; ``tests/test_reproduce.py``
@@ -19,6 +19,7 @@ from bm25aug.io import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH_DATA = {"speed": ROOT / "docs" / "data" / "speed.json", "scale": ROOT / "docs" / "data" / "scale.json"}
+BENCH_DATA["throughput"] = BENCH_DATA["speed"]  # the same runs, as ratios
 METRIC_NAMES = {"ndcg@10": "nDCG@10", "recall@100": "R@100", "mrr@10": "MRR@10", "acc@5": "Acc@5",
                 "acc@20": "Acc@20", "acc@100": "Acc@100", "aug_terms_mean": "added terms / query",
                 "added_precision_weight": "added precision (weight)", "latency_ms_p50": "p50 ms"}
@@ -67,8 +68,7 @@ def speed_table(recorded: dict) -> str:
     runs = recorded["runs"]
     head = ["path"]
     for run in runs:
-        name = "SciFact" if run["num_docs"] < 10_000 else f"{run['num_docs'] / 1e6:g}M"
-        head += [f"{name} p50 ms", "p95 ms", "p50 / floor", "QPS 1 thread", "QPS 2 threads"]
+        head += [f"{_corpus(run)} p50 ms", "p95 ms", "p50 / floor", "QPS 1 thread", "QPS 2 threads"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for path in runs[0]["paths"]:
         cells = [path]
@@ -78,11 +78,38 @@ def speed_table(recorded: dict) -> str:
                 f"{got['p50_ms']:.2f}", f"{got['p95_ms']:.2f}", f"{got['p50_ms'] / floor:.2f}x",
                 f"{got['qps_1t']:,.0f}" if "qps_1t" in got else "", f"{got['qps_2t']:,.0f}" if "qps_2t" in got else ""]
         lines.append("| " + " | ".join(cells) + " |")
-    peer, floor = runs[0].get("peer"), runs[0]["paths"]["floor"]["p50_ms"]
-    if peer:
-        lines.append(f"| {peer['name']} (peer) | {peer['p50_ms']:.2f} | {peer['p95_ms']:.2f} | "
-                     f"{peer['p50_ms'] / floor:.2f}x | {peer['qps_batch']:,.0f} (one batch) | |" + " |" * 5 * (len(runs) - 1))
+    if any(run.get("peer") for run in runs):
+        cells = ["bm25s (peer)"]
+        for run in runs:
+            peer, floor = run.get("peer"), run["paths"]["floor"]["p50_ms"]
+            if not peer:
+                cells += ["", "", "", "", ""]
+            elif "qps_1t" in peer:
+                cells += [f"{peer['p50_ms']:.2f}", f"{peer['p95_ms']:.2f}", f"{peer['p50_ms'] / floor:.2f}x",
+                          f"{peer['qps_1t']:,.0f}", f"{peer['qps_2t']:,.0f}"]
+            else:  # a run recorded before bm25s was measured on two threads
+                cells += [f"{peer['p50_ms']:.2f}", f"{peer['p95_ms']:.2f}", f"{peer['p50_ms'] / floor:.2f}x",
+                          f"{peer['qps_batch']:,.0f} (one batch)", ""]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def throughput_table(recorded: dict) -> str:
+    """Per corpus: QPS at 2 threads over 1 thread, and over bm25s's best QPS in the same run."""
+    lines = ["| corpus | bm25-flat 2 / 1 threads | augmented 2 / 1 threads | bm25-flat / bm25s | augmented / bm25s "
+             "| augmented / bm25-flat | bm25s build s | bm25s peak RSS MB |", "|" + "---|" * 8]
+    for run in recorded["runs"]:
+        flat, aug, peer = run["paths"]["bm25-flat"], run["paths"]["augmented"], run.get("peer") or {}
+        best = max(peer.get("qps_1t", 0), peer.get("qps_2t", 0))
+        lines.append(f"| {_corpus(run)} | {flat['qps_2t'] / flat['qps_1t']:.2f}x | {aug['qps_2t'] / aug['qps_1t']:.2f}x | "
+                     + (f"{flat['qps_2t'] / best:.2f}x | {aug['qps_2t'] / best:.2f}x | " if best else " | | ")
+                     + f"{aug['qps_2t'] / flat['qps_2t']:.2f}x | "
+                     + (f"{peer['build_s']:.0f} | {peer['peak_rss_mb']:,.0f} |" if "build_s" in peer else " | |"))
+    return "\n".join(lines)
+
+
+def _corpus(run: dict) -> str:
+    return "SciFact" if run["num_docs"] < 10_000 else f"{run['num_docs'] / 1e6:g}M"
 
 
 def scale_table(rows: list[dict]) -> str:
@@ -103,7 +130,8 @@ def scale_table(rows: list[dict]) -> str:
 
 def bench_table(name: str) -> str:
     recorded = json.loads(BENCH_DATA[name].read_text(encoding="utf-8"))
-    return speed_table(recorded) if name == "speed" else scale_table(recorded["rows"])
+    tables = {"speed": speed_table, "throughput": throughput_table, "scale": lambda r: scale_table(r["rows"])}
+    return tables[name](recorded)
 
 
 def render(text: str, conditions: list) -> str:

@@ -14,9 +14,10 @@ import numpy as np
 
 from bm25aug.errors import UserError
 from bm25aug.limits import check, check_query
-from bm25aug.lucene.reader import B, K1, TopK
-from bm25aug.model.encoder import QueryEncoder, prune
-from bm25aug.search.bm25 import BM25Searcher, Hit, parallel_map
+from bm25aug.lucene.reader import B, K1, WEIGHTED, TopK
+from bm25aug.model.encoder import QueryEncoder, encode_queries, prune
+from bm25aug.search.batch import check_qids, search_chunks
+from bm25aug.search.bm25 import BM25Searcher, Hit, terms_text
 
 
 @dataclass
@@ -104,7 +105,23 @@ class AugmentedSearcher:
     def search(self, query: str, k: int = 1000) -> list[Hit]:
         return self.hits(self.search_arrays(query, k))
 
+    def term_lists(self, queries: list[str]) -> list[dict[str, float]]:
+        """``term_list`` for many queries, encoded in batches (``encode_queries``: within the int8
+        runtime's drift of encoding each alone, and the same as ``bm25aug export`` writes)."""
+        blank = [not check_query(q).strip() for q in queries]
+        # Blank queries are encoded too (and then dropped), so that every query has the
+        # neighbours it has in an export of the same list.
+        encoded = encode_queries(self.encoder, list(queries), self.top_k, self.threshold, progress=False)
+        return [{} if empty else self.bm25.indexed(terms) for empty, terms in zip(blank, encoded)]
+
+    def batch_search_arrays(self, queries: list[str], k: int = 1000, threads: int = 1,
+                            desc: str | None = None) -> list[TopK]:
+        """The fast path for many queries: encoded in batches while the chunk before searches on
+        ``threads`` Java threads (``bm25aug.search.batch``); any ``threads`` gives the same result."""
+        return search_chunks(self.bm25.index, WEIGHTED, lambda chunk: [terms_text(t) for t in self.term_lists(chunk)],
+                             list(queries), k, threads, desc)
+
     def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, threads: int = 1) -> dict[str, list[Hit]]:
-        """Encode and search each query on ``threads`` threads (the encoder and Lucene both run
-        without the GIL); a query is always encoded alone, so the result equals searching one by one."""
-        return parallel_map(lambda q: self.search(q, k), queries, qids, threads)
+        """Pyserini's ``batch_search``: ``{qid: hits}`` (``batch_search_arrays`` without ``Hit``s is faster)."""
+        check_qids(queries, qids)
+        return dict(zip(qids, map(self.hits, self.batch_search_arrays(queries, k, threads))))

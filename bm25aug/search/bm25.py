@@ -11,17 +11,17 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from bm25aug.errors import UserError
 from bm25aug.lucene.index import IndexMeta, check_vocab
-from bm25aug.limits import check, check_query
-from bm25aug.lucene.reader import B, EMPTY, K1, LuceneIndex, TopK
-from bm25aug.progress import progress
+from bm25aug.limits import check_query
+from bm25aug.lucene.reader import ANALYZED, B, EMPTY, K1, WEIGHTED, LuceneIndex, TopK, weighted_query_string
+from bm25aug.search.batch import check_qids, search_chunks
 from bm25aug.model.tokenization import load_tokenizer, query_term_counts
 
 log = logging.getLogger(__name__)
@@ -106,9 +106,37 @@ class BM25Searcher:
     def search_terms(self, terms: dict[str, float], k: int = 1000) -> list[Hit]:
         return self.hits(self.search_terms_arrays(terms, k))
 
+    def query_text(self, query: str) -> str | None:
+        """What the Java pool searches for ``query`` (``bm25aug.lucene.batch``): the text itself
+        for the English analyzer (flat), its ``term^count`` clauses (wp); None: no terms."""
+        if not check_query(query).strip():
+            return None
+        return query if self.tokenizer is None else terms_text(self.query_terms(query))
+
+    def batch_search_arrays(self, queries: Sequence[str], k: int = 1000, threads: int = 1,
+                            desc: str | None = None) -> list[TopK]:
+        """The fast path for many queries: each one's top k as arrays, searched on ``threads``
+        Java threads (``bm25aug.search.batch``); equal to ``search_arrays`` one by one."""
+        kind = ANALYZED if self.tokenizer is None else WEIGHTED
+        return search_chunks(self.index, kind, lambda chunk: [self.query_text(q) for q in chunk], list(queries), k,
+                             threads, desc)
+
+    def batch_search_terms_arrays(self, term_lists: Sequence[dict[str, float]], k: int = 1000, threads: int = 1,
+                                  desc: str | None = None) -> list[TopK]:
+        """``search_terms_arrays`` for many weighted term lists, on the Java pool."""
+        return search_chunks(self.index, WEIGHTED, lambda chunk: [terms_text(t) for t in chunk], list(term_lists),
+                             k, threads, desc)
+
     def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, threads: int = 1) -> dict[str, list[Hit]]:
-        """Search many queries on ``threads`` threads; the result equals searching one by one."""
-        return parallel_map(lambda q: self.search(q, k), queries, qids, threads)
+        """Pyserini's ``batch_search``: ``{qid: hits}`` (``batch_search_arrays`` without ``Hit``s is faster)."""
+        check_qids(queries, qids)
+        return dict(zip(qids, map(self.hits, self.batch_search_arrays(queries, k, threads))))
+
+
+def terms_text(terms: dict[str, float]) -> str | None:
+    """A checked weighted term list as the Java pool's ``term^boost`` text; None: nothing to search."""
+    check_terms(terms)
+    return weighted_query_string(terms) or None
 
 
 def check_terms(terms: dict[str, float]) -> None:
@@ -141,23 +169,3 @@ def mean_added_terms(searcher: BM25Searcher, queries: list[str], term_lists: lis
     """Average number of terms per query that are not among the query's own WordPiece terms."""
     added = [len(terms.keys() - searcher.query_terms(q).keys()) for q, terms in zip(queries, term_lists)]
     return float(sum(added) / len(added)) if added else 0.0
-
-
-def parallel_map(fn, items: list, qids: list[str], threads: int, desc: str | None = None) -> dict[str, list[Hit]]:
-    """Apply a search function over queries on ``threads`` threads (``bm25aug.lucene.reader`` makes that
-    safe, and Lucene searches without the GIL). ``desc`` names a progress bar, shown on a terminal."""
-    if len(items) != len(qids):
-        raise UserError(f"got {len(items)} queries but {len(qids)} qids; fix: pass one qid per query")
-    if len(set(qids)) != len(qids):
-        repeated = next(q for q, n in Counter(qids).items() if n > 1)
-        raise UserError(f"qid {repeated!r} is given to more than one query (their runs would overwrite each other); "
-                        f"fix: pass one unique qid per query")
-    check("threads", threads)
-    pool = ThreadPoolExecutor(max_workers=threads)
-    try:
-        results = list(progress(pool.map(fn, items), total=len(items), desc=desc, unit="q", disable=desc is None))
-    except BaseException:  # a Ctrl-C, or a query's error: the queries still queued are dropped, not run
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown()
-    return dict(zip(qids, results))

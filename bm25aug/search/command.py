@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bm25aug.errors import UserError
 from bm25aug.io import check_outputs, read_lines
-from bm25aug.search.trec import trec_lines, write_trec_run
+from bm25aug.search.trec import array_lines, write_trec_arrays
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +108,10 @@ def run(args) -> None:
     if queries is None:
         print_hits(searcher.search(args.query, args.k or 10))
         return
-    run = searcher.batch_search(list(queries.values()), list(queries), k=args.k or 1000, threads=args.threads)
+    qids = list(queries)
+    tops = searcher.batch_search_arrays(list(queries.values()), k=args.k or 1000, threads=args.threads, desc="search")
     if args.output:
-        write_trec_run(run, args.output, tag="bm25aug")
-        print(f"wrote {sum(map(len, run.values()))} hits of {len(run)} queries to {args.output}")
+        write_trec_arrays(qids, tops, searcher.docids, args.output, tag="bm25aug")
+        print(f"wrote {sum(len(t.scores) for t in tops)} hits of {len(qids)} queries to {args.output}")
     else:
-        sys.stdout.writelines(trec_lines(run))
+        sys.stdout.writelines(array_lines(qids, tops, searcher.docids))

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from bm25aug.errors import UserError
+from bm25aug.progress import progress
 from bm25aug.lucene.index import IndexMeta
 from bm25aug.lucene.jvm import JNI_LOCK, start_jvm
 from bm25aug.limits import check, check_query
@@ -57,6 +58,12 @@ class ExpansionSearcher:
             ids = np.asarray([h.lucene_docid for h in hits], np.int64)
             scores = np.asarray([h.score for h in hits], np.float32)
         return TopK(ids, scores)
+
+    def batch_search_arrays(self, queries: list[str], k: int = 1000, threads: int = 1,
+                            desc: str | None = None) -> list[TopK]:
+        """Query by query: Pyserini's expansion runs in Python objects that share pyjnius methods,
+        so it holds ``JNI_LOCK`` throughout and threads would only queue (``threads`` is ignored)."""
+        return [self.search_arrays(q, k) for q in progress(queries, desc=desc, unit="q", disable=desc is None)]
 
     def hits(self, top: TopK):
         from bm25aug.search.bm25 import to_hits

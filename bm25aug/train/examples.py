@@ -13,7 +13,7 @@ from bm25aug.data.registry import Dataset
 from bm25aug.errors import UserError
 from bm25aug.eval.metrics import has_answer
 from bm25aug.io import derived_ok, record_derived, source_key, write_json
-from bm25aug.search.bm25 import BM25Searcher, parallel_map
+from bm25aug.search.bm25 import BM25Searcher
 from bm25aug.train.pseudo import PREFIX as PSEUDO_PREFIX
 from bm25aug.train.torch_bm25 import TorchBM25
 
@@ -32,13 +32,12 @@ def mine_hard_negatives(searcher: BM25Searcher, split: Split, dataset: Dataset, 
                         threads: int) -> dict[str, list[str]]:
     """Top-``depth`` BM25 documents (on the target's index) that are not judged positive (nor contain an answer)."""
     qids = [q for q in split.queries if split.qrels.get(q)]
-    runs = parallel_map(lambda q: searcher.search(q, depth + 20), [split.queries[q] for q in qids], qids, threads,
-                        desc="mine hard negatives")
+    tops = searcher.batch_search_arrays([split.queries[q] for q in qids], depth + 20, threads, desc="mine hard negatives")
     negatives = {}
-    for qid in qids:
+    for qid, top in zip(qids, tops):
         answers = split.answers.get(qid)
-        negatives[qid] = [h.docid for h in runs[qid] if h.docid not in split.qrels[qid]
-                          and not (answers and has_answer(answers, dataset.corpus[h.docid].text))][:depth]
+        negatives[qid] = [d for d in searcher.docids[top.lucene_ids].tolist() if d not in split.qrels[qid]
+                          and not (answers and has_answer(answers, dataset.corpus[d].text))][:depth]
     return negatives
 
 

@@ -29,7 +29,7 @@ from bm25aug.model.augmenter import CONFIG_NAME, QueryAugmenter
 from bm25aug.model.encoder import encode_queries
 from bm25aug.model.tokenization import vocab_hash
 from bm25aug.progress import progress
-from bm25aug.search.bm25 import BM25Searcher, mean_added_terms, parallel_map
+from bm25aug.search.bm25 import BM25Searcher, mean_added_terms
 from bm25aug.train.arguments import DEVICES, TrainConfig
 from bm25aug.train.callbacks import TrainerCallback, default_callbacks
 from bm25aug.train.examples import Example, build_examples, hard_negatives, hold_out_sentences
@@ -299,8 +299,8 @@ class Trainer:
         texts = [self.dev.queries[q] for q in qids]
         vectors = ([self.searcher.query_terms(t) for t in texts] if model is None
                    else [self.searcher.indexed(v) for v in encode_queries(model, texts, progress=False)])
-        run = parallel_map(lambda v: self.searcher.search_terms(v, self.config.dev_depth), vectors, qids,
-                           self.config.threads)
+        tops = self.searcher.batch_search_terms_arrays(vectors, self.config.dev_depth, self.config.threads)
+        run = {qid: self.searcher.hits(top) for qid, top in zip(qids, tops)}
         name, scores = per_query(run, self.dev, self.dataset.corpus)
         return name, scores, mean_added_terms(self.searcher, texts, vectors)
 

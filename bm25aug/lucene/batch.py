@@ -1,0 +1,118 @@
+"""Many queries on a Java thread pool, with no Java source to compile and no Python object per hit.
+
+A batch is one Java task, ``texts.parallelStream().map(search).toArray()`` run inside a
+``ForkJoinPool`` of ``threads`` workers (a parallel stream forks into the pool it runs in).
+``search`` is a ``java.util.function.Function`` that ``MethodHandleProxies`` makes from
+``java.lang.invoke`` handles: build the query from its text, search, and pack the hits into one
+``byte[]`` (``bm25aug.lucene.reader._search_handle``). Two kinds of text (``reader.ANALYZED``,
+``reader.WEIGHTED``): a query for Anserini's bag of words on the English analyzer (what Pyserini's
+bm25-flat does), or ``term^boost`` clauses read by a ``QueryParser`` made for each query (a parser
+is not thread-safe; making one in Java costs microseconds).
+
+So Python crosses into Java a handful of times per batch, whatever its size, and Lucene's work on
+every thread runs without the GIL: Python may encode the next batch meanwhile. Python waits by
+polling (``isDone`` under ``JNI_LOCK``, then a short sleep without it), so a Ctrl-C is seen within
+a millisecond and another thread's Java calls never wait for a whole batch.
+"""
+
+from __future__ import annotations
+
+import time
+
+from bm25aug.lucene.jvm import JNI_LOCK, jclass
+from bm25aug.lucene.reader import ANALYZED, FIELD, WEIGHTED, java
+
+_POLL_S = 0.0005
+
+
+class _Handles:
+    """Process-wide handles and pools, made once (under ``JNI_LOCK``)."""
+
+    def __init__(self):
+        j = java()
+        cls = jclass("java.lang.Class")
+        h, mt = jclass("java.lang.invoke.MethodHandles"), jclass("java.lang.invoke.MethodType")
+        lookup = h.publicLookup()
+        string, analyzer = cls.forName("java.lang.String"), cls.forName("org.apache.lucene.analysis.Analyzer")
+        query = cls.forName("org.apache.lucene.search.Query")
+        parser = cls.forName("org.apache.lucene.queryparser.classic.QueryParser")
+        generator = cls.forName("io.anserini.search.query.BagOfWordsQueryGenerator")
+        analyzed = _bind(h, lookup.findVirtual(generator, "buildQuery", mt.methodType(query, [string, analyzer, string])),
+                         j.bag_of_words, FIELD, j.english)
+        new_parser = _bind(h, lookup.findConstructor(parser, mt.methodType(jclass("java.lang.Void").TYPE, [string, analyzer])),
+                           FIELD, j.whitespace)
+        weighted = h.collectArguments(lookup.findVirtual(parser, "parse", mt.methodType(query, [string])), 0, new_parser)
+        self.to_query = {ANALYZED: analyzed, WEIGHTED: weighted}  # (String) -> Query
+        self.h, self.search = h, j.search
+        self.function, self.callable = cls.forName("java.util.function.Function"), cls.forName("java.util.concurrent.Callable")
+        self.proxies = jclass("java.lang.invoke.MethodHandleProxies")
+        stream, collection = cls.forName("java.util.stream.Stream"), cls.forName("java.util.Collection")
+        # (Collection texts, Function search) -> Object[]: texts.parallelStream().map(search).toArray()
+        mapped = h.filterArguments(lookup.findVirtual(stream, "map", mt.methodType(stream, [self.function])), 0,
+                                   lookup.findVirtual(collection, "parallelStream", mt.methodType(stream)))
+        self.run_all = h.filterReturnValue(mapped, lookup.findVirtual(stream, "toArray", mt.methodType(
+            cls.forName("[Ljava.lang.Object;"))))
+        self.as_list = jclass("java.util.Arrays").asList
+        self.integer = j.integer
+        self._pools: dict[int, object] = {}
+
+    def pool(self, threads: int):
+        """A ``ForkJoinPool`` of ``threads`` workers, kept for the process (daemon threads)."""
+        if (pool := self._pools.get(threads)) is None:
+            pool = self._pools[threads] = jclass("java.util.concurrent.ForkJoinPool")(threads)
+        return pool
+
+
+def _bind(h, handle, *values):
+    """``handle`` with its first arguments fixed to ``values``, one at a time (pyjnius would pass
+    several varargs of mixed classes as an array of the first one's class)."""
+    for value in values:
+        handle = h.insertArguments(handle, 0, value)
+    return handle
+
+
+_handles: _Handles | None = None
+
+
+def handles() -> _Handles:
+    global _handles
+    if _handles is None:
+        with JNI_LOCK:
+            _handles = _handles or _Handles()
+    return _handles
+
+
+class JavaBatch:
+    """Search ``texts`` (query texts of ``kind``) for their top ``n`` on ``threads`` Java threads,
+    started at once; ``result()`` returns each query's packed hits (``reader.PAIRS`` bytes)."""
+
+    def __init__(self, searcher, kind: str, texts: list[str], n: int, threads: int):
+        from jnius import cast
+
+        j = handles()
+        h = j.h
+        with JNI_LOCK:
+            search = h.filterArguments(_bind(h, h.insertArguments(j.search, 2, j.integer(n)), searcher), 0, j.to_query[kind])
+            task = _bind(h, j.run_all, j.as_list(*texts), j.proxies.asInterfaceInstance(j.function, search))
+            self.future = j.pool(threads).submit(cast("java.util.concurrent.Callable",
+                                                      j.proxies.asInterfaceInstance(j.callable, task)))
+
+    def result(self) -> list[bytes]:
+        """Wait for the batch (a Java error is raised as pyjnius's ``JavaException``); on an
+        interrupt the batch is cancelled."""
+        try:
+            while True:
+                with JNI_LOCK:
+                    if self.future.isDone():
+                        packed = self.future.get()
+                        break
+                time.sleep(_POLL_S)
+        except BaseException:
+            self.cancel()
+            raise
+        return [p.tostring() for p in packed]
+
+    def cancel(self) -> None:
+        """Drop the batch: its queries not yet started never run (a started one finishes)."""
+        with JNI_LOCK:
+            self.future.cancel(True)
