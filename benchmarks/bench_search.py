@@ -63,45 +63,22 @@ def qps(batch_search, queries: list[str], threads: int) -> float:
     return len(queries) / (time.perf_counter() - start)
 
 
-def _bm25s_child(dataset_name: str, queries: list[str], k: int, out) -> None:
-    """bm25s on its own (a child process, so that its peak RSS is its own): build, then p50/p95
-    one query at a time and QPS of one batch on 1 and 2 threads, tokenizing included."""
-    import resource
-
-    import bm25s
-
-    dataset = load_dataset(dataset_name)
-    texts = [doc.contents for doc in dataset.corpus.values()]
-    start = time.perf_counter()
-    retriever = bm25s.BM25(k1=0.9, b=0.4)
-    retriever.index(bm25s.tokenize(texts, show_progress=False), show_progress=False)
-    build_s = time.perf_counter() - start
-    del texts
-    k = min(k, len(dataset.corpus))
-
-    def batch(qs: list[str], threads: int):
-        return retriever.retrieve(bm25s.tokenize(qs, show_progress=False), k=k, show_progress=False, n_threads=threads)
-
-    lat = interleaved_latencies({"bm25s": (lambda q: batch([q], 1), queries)})["bm25s"]
-    out.put({"name": "bm25s", "build_s": build_s, "p50_ms": float(np.percentile(lat, 50)),
-             "p95_ms": float(np.percentile(lat, 95)), **{f"qps_{t}t": qps(batch, queries, t) for t in (1, 2)},
-             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
-
-
-def bm25s_peer(dataset_name: str, queries: list[str], k: int) -> dict | None:
+def bm25s_peer(dataset_name: str, split: str | None, k: int) -> dict | None:
+    """``benchmarks/bm25s_peer.py`` in a process of its own (so that its peak RSS is bm25s's, not
+    ours); None, with a note, when bm25s is not installed or the peer fails."""
     import importlib.util
-    import multiprocessing
+    import json
+    import subprocess
 
     if importlib.util.find_spec("bm25s") is None:
         print("bm25s not installed (pip install -e '.[bench]'): no peer row")
         return None
-    context = multiprocessing.get_context("spawn")
-    out = context.Queue()
-    child = context.Process(target=_bm25s_child, args=(dataset_name, queries, k, out))
-    child.start()
-    result = out.get()
-    child.join()
-    return result
+    cmd = [sys.executable, str(Path(__file__).with_name("bm25s_peer.py")), dataset_name, "--k", str(k)]
+    done = subprocess.run(cmd + (["--split", split] if split else []), capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"bm25s peer failed (exit {done.returncode}): {done.stderr.strip().splitlines()[-1:]}; no peer row")
+        return None
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare: list[Path] = (),
@@ -138,7 +115,7 @@ def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare:
     rows = interleaved_latencies(paths)
     rates = {(name, t): qps(lambda q, n, s=s: s.batch_search_arrays(q, k, threads=n), queries, t)
              for name, s in batch.items() for t in (1, 2)}
-    peer = bm25s_peer(dataset_name, queries, k) if with_peer else None
+    peer = bm25s_peer(dataset_name, split, k) if with_peer else None
 
     floor = float(np.percentile(rows["floor"], 50))
     print(f"\n{dataset_name}: {len(dataset.corpus)} docs, {len(queries)} queries, k={k}, checkpoint {checkpoint}")

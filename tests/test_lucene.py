@@ -33,6 +33,9 @@ def test_ties_across_the_kth_place_go_to_the_smaller_external_id(tmp_path):
     for k in (1, 5, 17, 31, 100):
         assert [(h.docid, h.score) for h in ours.search("apple banana", k)] == pyserini_hits(flat, "apple banana", k)
         assert [(h.docid, h.score) for h in ours.search("apple", k)] == pyserini_hits(flat, "apple", k)
+        batch = ours.batch_search(["apple banana", "apple"], ["a", "b"], k, threads=2)  # searched again, deeper
+        assert [[(h.docid, h.score) for h in hits] for hits in batch.values()] == [
+            pyserini_hits(flat, "apple banana", k), pyserini_hits(flat, "apple", k)]
 
 
 def test_weighted_terms_are_not_parsed_as_operators(tiny_wp):
@@ -93,9 +96,21 @@ def test_a_batch_of_queries_is_ranked_as_each_alone():
         assert np.array_equal(top.lucene_ids, docs) and np.array_equal(top.scores, scores), k
 
 
-def test_score_rounding_skips_only_hits_that_cannot_tie():
-    """``anserini_scores`` visits only runs of ties; on long runs of equal and 1e-4-apart scores
-    (runs past 100, where a 2e-4 gap still ties) it equals the hit-by-hit loop."""
+def test_a_long_chain_of_ties_is_walked_hit_by_hit():
+    """120 equal scores then 2e-4 steps: each step ties only through the lowering before it, so
+    the fixed point would grow one hit a round; past its rounds the query is walked hit by hit,
+    while the other query of the batch keeps its vectorized scores."""
+    chain = np.float32(np.r_[np.full(120, 20.0), 20.0 - 2e-4 * np.arange(1, 881)])
+    other = np.float32([5.0, 5.0, 4.9999, 3.0])
+    first = np.zeros(chain.size + other.size, bool)
+    first[[0, chain.size]] = True
+    got = anserini_scores(np.concatenate([chain, other]), first)
+    assert np.array_equal(got, np.concatenate([_ties_adjusted_one_by_one(chain), _ties_adjusted_one_by_one(other)]))
+
+
+def test_score_rounding_equals_the_hit_by_hit_rule():
+    """On long runs of equal and 1e-4-apart scores (runs past 100, where a 2e-4 gap still ties)
+    ``anserini_scores`` equals the hit-by-hit loop."""
     rng = np.random.default_rng(0)
     for n in (2, 10, 300, 1016, 3000):
         for _ in range(20):

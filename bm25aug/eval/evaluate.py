@@ -45,7 +45,7 @@ class EvalConfig:
     aug_gate: int | None = None  # override the checkpoint's augmentation gate (0: off)
     index_root: str | None = None
     data_dir: str | None = None
-    threads: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))  # index builds
+    threads: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))  # index builds, batch search
     index: str | None = None  # search this index (a stock Pyserini/Anserini one too) instead of building one
     tokenizer: str | None = None  # the WordPiece tokenizer a stock wp ``index`` was built with
     remove_query: bool | None = None  # drop hits whose docid is the query id; None: the dataset's default

@@ -4,6 +4,7 @@ Pyserini's searcher loads a stored document and wraps a Java object for every hi
 about 15x the search itself. Here the only per-query crossings into Java are building the query
 (one string, parsed in Java), the search, and one byte array with every hit (a ``MethodHandle`` that runs the search and packs
 its ScoreDocs in Java, so that no Java object per hit reaches Python). External ids come from a table read once per index.
+Many queries go to Java as one task instead (``submit``, ``bm25aug.lucene.batch``).
 
 Results equal Pyserini's exactly. Anserini searches with ties broken by the external id, rounds
 each score to 4 decimals and then lowers the k-th of a run of equal rounded scores by k·1e-6 so
@@ -14,7 +15,7 @@ Threads: pyjnius stores the target object on a method shared by all instances of
 threads calling the same method on different objects can swap targets (pyjnius #287, #563). Every
 call here holds ``JNI_LOCK`` except the search, which goes through one ``MethodHandle`` per
 process, and the flat query generator, one instance per process: their targets never change, so Lucene runs
-without the lock (and without the GIL) and batch search scales with threads.
+without the lock (and without the GIL), and threads calling ``search`` at once each get their own hits.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ FIELD = "contents"
 ID_FIELD = "id"
 DOCIDS_FILE = "docids.txt"
 K1, B = 0.9, 0.4  # BM25 as Anserini's BEIR regressions run it: the default everywhere
+_TOL, _EPS = np.float32(1e-4), np.float32(1e-6)  # Anserini's tie gap and per-tie nudge
+_ROUNDS = 16  # rounds of anserini_scores' fixed point before a query is walked hit by hit
 ANALYZED, WEIGHTED = "analyzed", "weighted"  # query texts: Anserini's bag of words, or term^boost clauses
 TIE_MARGIN = 16  # extra hits fetched so a tie across the k-th place can be resolved by external id
 _SPECIAL = re.compile(r'([\\+\-!():^\[\]"{}~*?|&/\s])')
@@ -191,25 +194,41 @@ def anserini_scores(raw: np.ndarray, first: np.ndarray | None = None) -> np.ndar
 
     Vectorized: start from the hits that tie before any lowering and grow the set until it holds
     (lowering only lengthens runs, and a set that satisfies the rule at every hit is the one the
-    hit-by-hit loop reaches, since that rule looks only backwards); it settles in a few rounds."""
+    hit-by-hit loop reaches, since that rule looks only backwards). Each round can lengthen a
+    chain of ties by one hit, so a query still growing after ``_ROUNDS`` is walked hit by hit."""
     scores = (np.floor(raw.astype(np.float64) * 10000.0 + 0.5) / 10000.0).astype(np.float32)
-    tol, eps = np.float32(1e-4), np.float32(1e-6)
     starts = np.zeros(scores.size, bool) if first is None else first.copy()
     starts[:1] = True
     ties = np.zeros(scores.size, bool)
-    ties[1:] = scores[:-1] - scores[1:] <= tol
+    ties[1:] = scores[:-1] - scores[1:] <= _TOL
     ties &= ~starts
     position = np.arange(scores.size)
-    while True:
+    for _ in range(_ROUNDS):
         # A hit's place in its run of ties: hits since the last hit that does not tie.
         dup = position - np.maximum.accumulate(np.where(ties, 0, position))
-        lowered = scores - eps * dup.astype(np.float32)
+        lowered = scores - _EPS * dup.astype(np.float32)
         grown = np.zeros(scores.size, bool)
-        grown[1:] = lowered[:-1] - scores[1:] <= tol
+        grown[1:] = lowered[:-1] - scores[1:] <= _TOL
         grown &= ~starts
-        if np.array_equal(grown, ties):
+        changed = grown != ties
+        if not changed.any():
             return lowered
         ties = grown
+    # Queries are independent (runs never cross them): one that settled keeps the last round's
+    # scores; one still growing is walked hit by hit.
+    bounds = np.append(np.flatnonzero(starts), scores.size)
+    for q in np.unique(np.cumsum(starts)[changed] - 1).tolist():
+        lowered[bounds[q]:bounds[q + 1]] = _ties_hit_by_hit(scores[bounds[q]:bounds[q + 1]])
+    return lowered
+
+
+def _ties_hit_by_hit(scores: np.ndarray) -> np.ndarray:
+    """``ScoreTiesAdjusterReranker`` on one query's rounded scores, hit by hit (long chains only)."""
+    scores, dup = scores.copy(), 0
+    for i in range(1, scores.size):
+        dup = dup + 1 if scores[i - 1] - scores[i] <= _TOL else 0
+        scores[i] = scores[i] - _EPS * np.float32(dup)
+    return scores
 
 
 class LuceneIndex:

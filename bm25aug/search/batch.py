@@ -2,8 +2,9 @@
 
 Preparing a chunk is Python's part (tokenizing, or encoding with the query model); searching it
 is Lucene's, on ``threads`` Java threads without the GIL (``bm25aug.lucene.batch``). With two
-chunks in flight the CPU is never idle between the two, a Ctrl-C stops within a chunk, and a
-progress bar (on a terminal) moves chunk by chunk.
+chunks in flight the CPU is never idle between the two; a Ctrl-C returns at once (the queries
+Java has started finish in the background, at most two chunks' worth); a progress bar (on a
+terminal) moves chunk by chunk.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections import Counter
 from typing import Callable, Sequence
 
 from bm25aug.errors import UserError
+from bm25aug.limits import check
 from bm25aug.lucene.reader import EMPTY, LuceneIndex, TopK
 from bm25aug.model.encoder import WINDOW
 from bm25aug.progress import progress
@@ -49,22 +51,22 @@ def search_chunks(index: LuceneIndex, kind: str, prepare: Callable[[list], list[
                   k: int, threads: int, desc: str | None = None) -> list[TopK]:
     """Each item's top k: ``prepare`` turns a chunk of items into Java query texts of ``kind``
     (None: nothing to search, no hits), and the chunk searches while the next one is prepared.
-    The result equals searching item by item, on any number of threads."""
+    The result equals searching each prepared text alone, on any number of threads."""
+    check("k", k)
+    check("threads", threads)
     tops: list[TopK] = []
-    pending = None
+    running: list[_Chunk] = []  # at most two: the one searching and the one just submitted
     with progress(total=len(items), desc=desc, unit="q", disable=desc is None) as bar:
         try:
-            for start in range(0, len(items), CHUNK):
-                chunk = _Chunk(index, kind, prepare(items[start:start + CHUNK]), k, threads)
-                if pending is not None:
-                    tops += pending.result()
-                    bar.update(pending.size)
-                pending = chunk
-            if pending is not None:
-                tops += pending.result()
-                bar.update(pending.size)
-        except BaseException:  # a Ctrl-C or an error: the chunk still searching is cancelled
-            if pending is not None:
-                pending.pending.cancel()
+            for start in range(0, len(items) + CHUNK, CHUNK):
+                if start < len(items):
+                    running.append(_Chunk(index, kind, prepare(items[start:start + CHUNK]), k, threads))
+                if len(running) == 2 or (start >= len(items) and running):
+                    done = running.pop(0)
+                    tops += done.result()
+                    bar.update(done.size)
+        except BaseException:  # a Ctrl-C or an error: the chunks in flight are dropped
+            for chunk in running:
+                chunk.pending.cancel()
             raise
     return tops

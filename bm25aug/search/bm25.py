@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
