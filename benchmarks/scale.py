@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bm25aug.io import atomic_open
 from bm25aug.reproduce.tables import scale_table
 
 SCIFACT_DOCS = 5183
@@ -75,14 +76,12 @@ def padded_corpus(size: int, seed: int = 0) -> Path:
             link.symlink_to((scifact.path / name).resolve())
     pool = sentence_pool()
     rng = np.random.default_rng(seed)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".corpus.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
+    with atomic_open(corpus, "w") as f:
         for docid, doc in scifact.corpus.items():
             f.write(json.dumps({"_id": docid, "title": doc.title, "text": doc.text}) + "\n")
         for i in range(max(0, size - len(scifact.corpus))):
             picks = rng.integers(0, len(pool), rng.integers(3, 8))
             f.write(json.dumps({"_id": f"pad{i}", "title": "", "text": " ".join(pool[j] for j in picks)}) + "\n")
-    os.replace(tmp, corpus)
     return folder
 
 

@@ -7,7 +7,8 @@ import pytest
 
 from bm25aug.data.registry import load_dataset
 from bm25aug.lucene.index import ensure_index
-from bm25aug.lucene.reader import PAIRS, anserini_scores, anserini_top, weighted_query_string
+from bm25aug.lucene.ranking import PAIRS, anserini_scores, anserini_top
+from bm25aug.lucene.reader import weighted_query_string
 from bm25aug.search.bm25 import BM25Searcher
 from conftest import write_beir
 from test_export import plain_pyserini_search

@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from bm25aug.lucene.jvm import JNI_LOCK, jclass
-from bm25aug.lucene.reader import ANALYZED, FIELD, WEIGHTED, java
+from bm25aug.lucene.ranking import EMPTY, PAIRS, TopK, anserini_top
+from bm25aug.lucene.reader import ANALYZED, FIELD, WEIGHTED, LuceneIndex, java, search_error
 
 _POLL_S = 0.0005
 
@@ -118,3 +121,33 @@ class JavaBatch:
         pieces run to their end in Java (its result is never read)."""
         with JNI_LOCK:
             self.future.cancel(True)
+
+
+class PendingSearch:
+    """A batch running on the Java pool (``bm25aug.lucene.batch``); Python is free meanwhile."""
+
+    def __init__(self, index: LuceneIndex, kind: str, texts: list[str], k: int, threads: int):
+        self.index, self.kind, self.texts, self.k = index, kind, texts, k
+        self.n = index.depth(k) if index.num_docs else 0
+        self.batch = JavaBatch(index.searcher, kind, texts, self.n, threads) if texts and self.n else None
+
+    def result(self) -> list[TopK]:
+        if self.batch is None:
+            return [EMPTY] * len(self.texts)
+        from jnius import JavaException
+
+        try:
+            packed = self.batch.result()
+        except JavaException as e:  # a query Lucene refused: search one by one for its own error line
+            for text in self.texts:
+                self.index.search(self.index.query(self.kind, text), self.k)
+            raise search_error(self.index.path, e) from None
+        results = [np.frombuffer(p, dtype=PAIRS) for p in packed]
+        for i, pairs in enumerate(results):
+            if not self.index.complete(pairs, self.n, self.k):
+                results[i] = self.index.deepen(self.index.query(self.kind, self.texts[i]), pairs, self.n, self.k)
+        return anserini_top(results, self.k, self.index.id_rank)
+
+    def cancel(self) -> None:
+        if self.batch is not None:
+            self.batch.cancel()

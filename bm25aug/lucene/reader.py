@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,13 +30,12 @@ from bm25aug.errors import UserError
 from bm25aug.io import atomic_write_text, derived_ok, digest, record_derived, source_key
 from bm25aug.lucene.jvm import JNI_LOCK, jclass
 from bm25aug.limits import check
+from bm25aug.lucene.ranking import EMPTY, PAIRS, TopK, anserini_top
 
 FIELD = "contents"
 ID_FIELD = "id"
 DOCIDS_FILE = "docids.txt"
 K1, B = 0.9, 0.4  # BM25 as Anserini's BEIR regressions run it: the default everywhere
-_TOL, _EPS = np.float32(1e-4), np.float32(1e-6)  # Anserini's tie gap and per-tie nudge
-_ROUNDS = 16  # rounds of anserini_scores' fixed point before a query is walked hit by hit
 ANALYZED, WEIGHTED = "analyzed", "weighted"  # query texts: Anserini's bag of words, or term^boost clauses
 TIE_MARGIN = 16  # extra hits fetched so a tie across the k-th place can be resolved by external id
 _SPECIAL = re.compile(r'([\\+\-!():^\[\]"{}~*?|&/\s])')
@@ -113,7 +111,6 @@ def _search_handle(cls, int_type):
     return h.filterReturnValue(h.filterReturnValue(search, lookup.findGetter(top_docs, "scoreDocs", score_docs)), pack)
 
 
-PAIRS = np.dtype([("doc", ">i4"), ("score", ">f4")])  # what the search handle packs
 
 
 _java: _Java | None = None
@@ -147,88 +144,6 @@ def weighted_query_string(terms: dict[str, float]) -> str:
     if _SPECIAL.search("".join(terms)) is None and not _KEYWORDS & terms.keys():  # nothing to escape
         return " ".join(f"{t}^{_boost(w)}" for t, w in terms.items() if w > 0)
     return " ".join(f"{escape_term(t)}^{_boost(w)}" for t, w in terms.items() if w > 0)
-
-
-@dataclass(frozen=True)
-class TopK:
-    """Hits of one query: Lucene doc numbers and Anserini's float32 scores, best first."""
-
-    lucene_ids: np.ndarray
-    scores: np.ndarray
-
-
-EMPTY = TopK(np.zeros(0, np.int32), np.zeros(0, np.float32))
-
-
-def anserini_top(results: list[np.ndarray], k: int, id_rank: np.ndarray) -> list[TopK]:
-    """Each query's top k exactly as Anserini returns them, from Lucene's hits (``PAIRS``
-    arrays, best first, one per query), all queries at once in numpy: equal scores ordered by
-    external id (``id_rank``), the first k kept, scores as ``anserini_scores``."""
-    lengths = np.fromiter(map(len, results), np.int64, len(results))
-    if not lengths.sum():
-        return [EMPTY] * len(results)
-    pairs = np.concatenate(results)
-    docs, raw = pairs["doc"].astype(np.int64), pairs["score"].astype(np.float32)
-    query = np.repeat(np.arange(len(results)), lengths)
-    # Lucene sorted each query by score already: only runs of equal scores need another look, so
-    # sort by (run of equal scores, external id); runs never span two queries.
-    run = np.ones(len(raw), bool)
-    run[1:] = (raw[1:] != raw[:-1]) | (query[1:] != query[:-1])
-    order = np.argsort(np.cumsum(run) * np.int64(len(id_rank)) + id_rank[docs], kind="stable")
-    ends = np.cumsum(lengths)
-    keep = order[np.arange(len(raw)) - (ends - lengths)[query] < k]
-    kept = np.minimum(lengths, k)
-    bounds = np.cumsum(kept)[:-1]
-    first = np.zeros(len(keep), bool)
-    first[0] = True
-    first[bounds[bounds < len(keep)]] = True
-    scores = anserini_scores(raw[keep], first)
-    return [TopK(d, s) for d, s in zip(np.split(docs[keep], bounds), np.split(scores, bounds))]
-
-
-def anserini_scores(raw: np.ndarray, first: np.ndarray | None = None) -> np.ndarray:
-    """Round to 4 decimals (``Math.round`` in double), then lower the i-th score of a run of ties
-    by i·1e-6, all in float32 as ``ScoreTiesAdjusterReranker`` does: hit by hit, a hit ties when
-    the previous score, as already lowered, is at most 1e-4 above it. ``first`` marks where each
-    query's hits start when ``raw`` holds several queries' (a run never crosses them).
-
-    Vectorized: start from the hits that tie before any lowering and grow the set until it holds
-    (lowering only lengthens runs, and a set that satisfies the rule at every hit is the one the
-    hit-by-hit loop reaches, since that rule looks only backwards). Each round can lengthen a
-    chain of ties by one hit, so a query still growing after ``_ROUNDS`` is walked hit by hit."""
-    scores = (np.floor(raw.astype(np.float64) * 10000.0 + 0.5) / 10000.0).astype(np.float32)
-    starts = np.zeros(scores.size, bool) if first is None else first.copy()
-    starts[:1] = True
-    ties = np.zeros(scores.size, bool)
-    ties[1:] = scores[:-1] - scores[1:] <= _TOL
-    ties &= ~starts
-    position = np.arange(scores.size)
-    for _ in range(_ROUNDS):
-        # A hit's place in its run of ties: hits since the last hit that does not tie.
-        dup = position - np.maximum.accumulate(np.where(ties, 0, position))
-        lowered = scores - _EPS * dup.astype(np.float32)
-        grown = np.zeros(scores.size, bool)
-        grown[1:] = lowered[:-1] - scores[1:] <= _TOL
-        grown &= ~starts
-        changed = grown != ties
-        if not changed.any():
-            return lowered
-        ties = grown
-    # Queries are independent (runs never cross them): one that settled keeps the last round's
-    # scores; one still growing is walked hit by hit.
-    bounds = np.append(np.flatnonzero(starts), scores.size)
-    for q in np.unique(np.cumsum(starts)[changed] - 1).tolist():
-        lowered[bounds[q]:bounds[q + 1]] = _ties_hit_by_hit(scores[bounds[q]:bounds[q + 1]])
-    return lowered
-
-
-def _ties_hit_by_hit(scores: np.ndarray) -> np.ndarray:
-    """``ScoreTiesAdjusterReranker`` on one query's rounded scores, hit by hit (long chains only)."""
-    scores, dup = scores.copy(), 0
-    for i in range(1, scores.size):
-        dup = dup + 1 if scores[i - 1] - scores[i] <= _TOL else 0
-        scores[i] = scores[i] - _EPS * np.float32(dup)
-    return scores
 
 
 class LuceneIndex:
@@ -359,44 +274,14 @@ class LuceneIndex:
         n = self.depth(k)
         return anserini_top([self.deepen(query, self._top(query, n), n, k)], k, self.id_rank)[0]
 
-    def submit(self, kind: str, texts: list[str], k: int, threads: int) -> "PendingSearch":
+    def submit(self, kind: str, texts: list[str], k: int, threads: int):
         """Start searching ``texts`` (query texts of ``kind``, none empty) on ``threads`` Java
         threads; ``result()`` waits and returns each one's ``TopK``, equal to ``search``'s."""
+        from bm25aug.lucene.batch import PendingSearch
+
         check("k", k)
         check("threads", threads)
         return PendingSearch(self, kind, texts, k, threads)
-
-
-class PendingSearch:
-    """A batch running on the Java pool (``bm25aug.lucene.batch``); Python is free meanwhile."""
-
-    def __init__(self, index: LuceneIndex, kind: str, texts: list[str], k: int, threads: int):
-        from bm25aug.lucene.batch import JavaBatch
-
-        self.index, self.kind, self.texts, self.k = index, kind, texts, k
-        self.n = index.depth(k) if index.num_docs else 0
-        self.batch = JavaBatch(index.searcher, kind, texts, self.n, threads) if texts and self.n else None
-
-    def result(self) -> list[TopK]:
-        if self.batch is None:
-            return [EMPTY] * len(self.texts)
-        from jnius import JavaException
-
-        try:
-            packed = self.batch.result()
-        except JavaException as e:  # a query Lucene refused: search one by one for its own error line
-            for text in self.texts:
-                self.index.search(self.index.query(self.kind, text), self.k)
-            raise search_error(self.index.path, e) from None
-        results = [np.frombuffer(p, dtype=PAIRS) for p in packed]
-        for i, pairs in enumerate(results):
-            if not self.index.complete(pairs, self.n, self.k):
-                results[i] = self.index.deepen(self.index.query(self.kind, self.texts[i]), pairs, self.n, self.k)
-        return anserini_top(results, self.k, self.index.id_rank)
-
-    def cancel(self) -> None:
-        if self.batch is not None:
-            self.batch.cancel()
 
 
 def open_reader(index_dir: str | Path):

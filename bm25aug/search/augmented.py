@@ -14,7 +14,8 @@ import numpy as np
 
 from bm25aug.errors import UserError
 from bm25aug.limits import check, check_query
-from bm25aug.lucene.reader import B, K1, WEIGHTED, TopK
+from bm25aug.lucene.ranking import TopK
+from bm25aug.lucene.reader import B, K1, WEIGHTED
 from bm25aug.model.encoder import QueryEncoder, encode_queries, prune
 from bm25aug.search.batch import check_qids, search_chunks
 from bm25aug.search.bm25 import BM25Searcher, Hit, terms_text

@@ -14,7 +14,8 @@ from typing import Callable, Sequence
 
 from bm25aug.errors import UserError
 from bm25aug.limits import check
-from bm25aug.lucene.reader import EMPTY, LuceneIndex, TopK
+from bm25aug.lucene.ranking import EMPTY, TopK
+from bm25aug.lucene.reader import LuceneIndex
 from bm25aug.model.encoder import WINDOW
 from bm25aug.progress import progress
 

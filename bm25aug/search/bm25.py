@@ -19,7 +19,8 @@ import numpy as np
 from bm25aug.errors import UserError
 from bm25aug.lucene.index import IndexMeta, check_vocab
 from bm25aug.limits import check_query
-from bm25aug.lucene.reader import ANALYZED, B, EMPTY, K1, WEIGHTED, LuceneIndex, TopK, weighted_query_string
+from bm25aug.lucene.ranking import EMPTY, TopK
+from bm25aug.lucene.reader import ANALYZED, B, K1, WEIGHTED, LuceneIndex, weighted_query_string
 from bm25aug.search.batch import check_qids, search_chunks
 from bm25aug.model.tokenization import load_tokenizer, query_term_counts
 

@@ -17,7 +17,8 @@ from bm25aug.progress import progress
 from bm25aug.lucene.index import IndexMeta
 from bm25aug.lucene.jvm import JNI_LOCK, start_jvm
 from bm25aug.limits import check, check_query
-from bm25aug.lucene.reader import B, K1, EMPTY, TopK, read_docids
+from bm25aug.lucene.ranking import EMPTY, TopK
+from bm25aug.lucene.reader import B, K1, read_docids
 
 EXPANSIONS = ("rm3", "rocchio")
 

@@ -1,0 +1,99 @@
+"""Anserini's ranking of Lucene's hits: ties ordered by external id, scores rounded and nudged.
+
+Anserini searches with ties broken by the external id, rounds each score to 4 decimals and then
+lowers the k-th of a run of equal rounded scores by k·1e-6 so that every evaluation tool keeps its
+order (``ScoreTiesAdjusterReranker``). Here the same, in numpy, in float32 as Java does, for a
+whole batch of queries at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+PAIRS = np.dtype([("doc", ">i4"), ("score", ">f4")])  # Lucene's hits as the search handle packs them
+_TOL, _EPS = np.float32(1e-4), np.float32(1e-6)  # Anserini's tie gap and per-tie nudge
+_ROUNDS = 16  # rounds of anserini_scores' fixed point before a query is walked hit by hit
+
+
+@dataclass(frozen=True)
+class TopK:
+    """Hits of one query: Lucene doc numbers and Anserini's float32 scores, best first."""
+
+    lucene_ids: np.ndarray
+    scores: np.ndarray
+
+
+EMPTY = TopK(np.zeros(0, np.int32), np.zeros(0, np.float32))
+
+
+def anserini_top(results: list[np.ndarray], k: int, id_rank: np.ndarray) -> list[TopK]:
+    """Each query's top k exactly as Anserini returns them, from Lucene's hits (``PAIRS``
+    arrays, best first, one per query), all queries at once in numpy: equal scores ordered by
+    external id (``id_rank``), the first k kept, scores as ``anserini_scores``."""
+    lengths = np.fromiter(map(len, results), np.int64, len(results))
+    if not lengths.sum():
+        return [EMPTY] * len(results)
+    pairs = np.concatenate(results)
+    docs, raw = pairs["doc"].astype(np.int64), pairs["score"].astype(np.float32)
+    query = np.repeat(np.arange(len(results)), lengths)
+    # Lucene sorted each query by score already: only runs of equal scores need another look, so
+    # sort by (run of equal scores, external id); runs never span two queries.
+    run = np.ones(len(raw), bool)
+    run[1:] = (raw[1:] != raw[:-1]) | (query[1:] != query[:-1])
+    order = np.argsort(np.cumsum(run) * np.int64(len(id_rank)) + id_rank[docs], kind="stable")
+    ends = np.cumsum(lengths)
+    keep = order[np.arange(len(raw)) - (ends - lengths)[query] < k]
+    kept = np.minimum(lengths, k)
+    bounds = np.cumsum(kept)[:-1]
+    first = np.zeros(len(keep), bool)
+    first[0] = True
+    first[bounds[bounds < len(keep)]] = True
+    scores = anserini_scores(raw[keep], first)
+    return [TopK(d, s) for d, s in zip(np.split(docs[keep], bounds), np.split(scores, bounds))]
+
+
+def anserini_scores(raw: np.ndarray, first: np.ndarray | None = None) -> np.ndarray:
+    """Round to 4 decimals (``Math.round`` in double), then lower the i-th score of a run of ties
+    by i·1e-6, all in float32 as ``ScoreTiesAdjusterReranker`` does: hit by hit, a hit ties when
+    the previous score, as already lowered, is at most 1e-4 above it. ``first`` marks where each
+    query's hits start when ``raw`` holds several queries' (a run never crosses them).
+
+    Vectorized: start from the hits that tie before any lowering and grow the set until it holds
+    (lowering only lengthens runs, and a set that satisfies the rule at every hit is the one the
+    hit-by-hit loop reaches, since that rule looks only backwards). Each round can lengthen a
+    chain of ties by one hit, so a query still growing after ``_ROUNDS`` is walked hit by hit."""
+    scores = (np.floor(raw.astype(np.float64) * 10000.0 + 0.5) / 10000.0).astype(np.float32)
+    starts = np.zeros(scores.size, bool) if first is None else first.copy()
+    starts[:1] = True
+    ties = np.zeros(scores.size, bool)
+    ties[1:] = scores[:-1] - scores[1:] <= _TOL
+    ties &= ~starts
+    position = np.arange(scores.size)
+    for _ in range(_ROUNDS):
+        # A hit's place in its run of ties: hits since the last hit that does not tie.
+        dup = position - np.maximum.accumulate(np.where(ties, 0, position))
+        lowered = scores - _EPS * dup.astype(np.float32)
+        grown = np.zeros(scores.size, bool)
+        grown[1:] = lowered[:-1] - scores[1:] <= _TOL
+        grown &= ~starts
+        changed = grown != ties
+        if not changed.any():
+            return lowered
+        ties = grown
+    # Queries are independent (runs never cross them): one that settled keeps the last round's
+    # scores; one still growing is walked hit by hit.
+    bounds = np.append(np.flatnonzero(starts), scores.size)
+    for q in np.unique(np.cumsum(starts)[changed] - 1).tolist():
+        lowered[bounds[q]:bounds[q + 1]] = _ties_hit_by_hit(scores[bounds[q]:bounds[q + 1]])
+    return lowered
+
+
+def _ties_hit_by_hit(scores: np.ndarray) -> np.ndarray:
+    """``ScoreTiesAdjusterReranker`` on one query's rounded scores, hit by hit (long chains only)."""
+    scores, dup = scores.copy(), 0
+    for i in range(1, scores.size):
+        dup = dup + 1 if scores[i - 1] - scores[i] <= _TOL else 0
+        scores[i] = scores[i] - _EPS * np.float32(dup)
+    return scores
