@@ -44,6 +44,9 @@ def _bm25_args(p: argparse.ArgumentParser) -> None:
 def _runtime_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runtime", default=RUNTIMES[0], choices=RUNTIMES,
                    help=f"the query encoder's runtime (default: {RUNTIMES[0]}; torch-fp32 is the reference)")
+    p.add_argument("--encode-batch-size", type=int,
+                   help="queries a forward pass of the encoder (default: 1 for the int8 runtimes, whose batches "
+                        "share activation scales, so every query gets the terms it gets alone; 32 for torch-fp32)")
 
 
 def _index_parser(sub) -> None:

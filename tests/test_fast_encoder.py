@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bm25aug.errors import UserError
-from bm25aug.model.encoder import encode_queries
+from bm25aug.model.encoder import BATCH, encode_queries
 from bm25aug.model.onnx_encoder import ONNX_DIR, export_source, load_encoder
 
 QUERIES = ["ALDH1 expression is associated with poorer prognosis in breast cancer",
@@ -29,7 +29,7 @@ def test_onnx_terms_stay_close_to_fp32(checkpoint):
     reference, fast = load_encoder(checkpoint, "torch-fp32"), load_encoder(checkpoint, "onnx-int8")
     # Alone (search, one query) and in one padded batch (batch search and export, encode_queries),
     # where int8's activation scales are the batch's: the same bound.
-    for got_all in ([fast.encode(q) for q in QUERIES], encode_queries(fast, QUERIES, progress=False)):
+    for got_all in ([fast.encode(q) for q in QUERIES], encode_queries(fast, QUERIES, progress=False, batch_size=BATCH)):
         errors = []
         for query, got in zip(QUERIES, got_all):
             ref = reference.encode(query)
@@ -38,6 +38,25 @@ def test_onnx_terms_stay_close_to_fp32(checkpoint):
             r, g = np.array([ref.get(t, 0.0) for t in terms]), np.array([got.get(t, 0.0) for t in terms])
             errors.append(np.linalg.norm(g - r) / np.linalg.norm(r))
         assert max(errors) <= 0.35 and np.mean(errors) <= 0.15, errors
+
+
+def test_int8_batch_search_encodes_each_query_alone_unless_asked(checkpoint, tiny_wp):
+    """The int8 encoder's batches share activation scales, so by default batch search encodes
+    query by query and equals ``search`` exactly; ``encode_batch_size`` batches for throughput,
+    and ``threads`` never changes a result."""
+    from bm25aug.search.augmented import AugmentedSearcher
+
+    _, wp, flat = tiny_wp
+    fast = load_encoder(checkpoint, "onnx-int8")
+    index = flat if fast.config.target == "flat" else wp
+    queries = QUERIES * 3
+    searcher = AugmentedSearcher.from_pretrained(checkpoint, index)
+    assert [searcher.hits(t) for t in searcher.batch_search_arrays(queries, 5, 2)] == [searcher.search(q, 5) for q in queries]
+    batched = AugmentedSearcher.from_pretrained(checkpoint, index, encode_batch_size=BATCH)
+    assert batched.batch_search_arrays(queries, 5, 1)[0].lucene_ids.tolist() == \
+        batched.batch_search_arrays(queries, 5, 2)[0].lucene_ids.tolist()
+    assert batched.term_lists(queries) == [batched.bm25.indexed(t) for t in encode_queries(fast, queries, progress=False,
+                                                                                            batch_size=BATCH)]
 
 
 def test_export_is_made_once_and_follows_the_weights(offline_model, tmp_path):

@@ -20,7 +20,7 @@ def run(args) -> None:
                         transfer=bool(args.transfer), k=args.k, k1=args.k1, b=args.b, runtime=args.runtime,
                         index_root=args.index_root, data_dir=args.data_dir, threads=args.threads,
                         index=args.index, tokenizer=args.tokenizer, remove_query=args.remove_query,
-                        companions=args.companions, aug_gate=args.aug_gate)
+                        companions=args.companions, aug_gate=args.aug_gate, encode_batch_size=args.encode_batch_size)
     check_outputs({"--output": args.output, "--json-out": args.json_out}, inputs(config, args.run))
     if args.run:
         if args.output:

@@ -42,6 +42,7 @@ class EvalConfig:
     k1: float = K1
     b: float = B
     runtime: str = "onnx-int8"  # the query encoder's runtime (augmented)
+    encode_batch_size: int | None = None  # queries a forward pass (augmented; see encode_queries)
     aug_gate: int | None = None  # override the checkpoint's augmentation gate (0: off)
     index_root: str | None = None
     data_dir: str | None = None
@@ -94,6 +95,7 @@ def _augmented(index: Path, config: EvalConfig, checkpoint: Path | None):
     from bm25aug.search.augmented import AugmentedSearcher
 
     return AugmentedSearcher.from_pretrained(checkpoint, index, config.k1, config.b, runtime=config.runtime,
+                                             encode_batch_size=config.encode_batch_size,
                                              aug_gate=config.aug_gate)
 
 

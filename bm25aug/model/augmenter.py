@@ -213,7 +213,9 @@ class QueryAugmenter(nn.Module, QueryEncoder):
         per-query time on one thread, with near-identical term lists. Inference only."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch points eager quantization users at torchao
-            return torch.ao.quantization.quantize_dynamic(self, {nn.Linear}, dtype=torch.qint8).eval()
+            model = torch.ao.quantization.quantize_dynamic(self, {nn.Linear}, dtype=torch.qint8).eval()
+        model.batch_exact = False  # its activation scales are each batch's
+        return model
 
     # ------------------------------------------------------------------------------ persistence
     def save_pretrained(self, path: str | Path) -> None:

@@ -117,6 +117,8 @@ def onnx_session(path: Path, profile: bool = False):
 class OnnxQueryEncoder(QueryEncoder):
     """The ``QueryEncoder`` of a ``QueryAugmenter``'s int8 ONNX export, run by ONNX Runtime on one thread."""
 
+    batch_exact = False  # dynamic int8: one activation scale per batch
+
     def __init__(self, path: Path, model: QueryAugmenter):
         self.session = onnx_session(path)
         self.config, self.tokenizer, self.target = model.config, model.tokenizer, model.target

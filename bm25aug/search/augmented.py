@@ -51,10 +51,12 @@ class AugmentedQuery:
 class AugmentedSearcher:
     """BM25 with queries rewritten by a ``QueryEncoder`` (a trained model), over the index of its
     target: ``wp``, or ``flat`` (Lucene's English analyzer, as Pyserini's prebuilt indexes).
-    ``top_k``/``threshold`` prune each term list as ``bm25aug export`` does."""
+    ``top_k``/``threshold`` prune each term list as ``bm25aug export`` does. ``encode_batch_size``:
+    queries a forward pass in batch search (``encode_queries``; default: batches only where they
+    give each query its own terms, so the int8 encoder encodes one by one)."""
 
     def __init__(self, encoder: QueryEncoder, searcher: BM25Searcher, top_k: int | None = None,
-                 threshold: float = 0.0):
+                 threshold: float = 0.0, encode_batch_size: int | None = None):
         target = encoder.config.target
         if searcher.meta.flavor != target:
             raise UserError(f"{searcher.index_dir} is a {searcher.meta.flavor} index but the model was trained for "
@@ -65,11 +67,13 @@ class AugmentedSearcher:
                             f"with the checkpoint's tokenizer")
         self.encoder, self.bm25 = encoder, searcher
         self.top_k, self.threshold = check("top_k", top_k), check("threshold", threshold)
+        self.encode_batch_size = check("encode_batch_size", encode_batch_size)
 
     @classmethod
     def from_pretrained(cls, checkpoint: str | Path, index: str | Path, k1: float = K1, b: float = B,
                         top_k: int | None = None, threshold: float = 0.0,
-                        runtime: str = "onnx-int8", aug_gate: int | None = None) -> "AugmentedSearcher":
+                        runtime: str = "onnx-int8", aug_gate: int | None = None,
+                        encode_batch_size: int | None = None) -> "AugmentedSearcher":
         """``runtime`` of the query encoder: ``onnx-int8`` (default, and what ``bm25aug export`` uses), ``torch-int8``
         or ``torch-fp32`` (the reference); see ``bm25aug.model.onnx_encoder``. ``aug_gate`` overrides the
         checkpoint's augmentation gate (0: off; see ``bm25aug.model.targets``)."""
@@ -79,7 +83,7 @@ class AugmentedSearcher:
         if aug_gate is not None:
             encoder.config.aug_gate = check("aug_gate", aug_gate)
         return cls(encoder, BM25Searcher(index, k1, b, tokenizer=encoder.tokenizer, flavor=encoder.config.target),
-                   top_k, threshold)
+                   top_k, threshold, encode_batch_size)
 
     def term_list(self, query: str) -> dict[str, float]:
         """The query's term list as Lucene scores it: the encoder's (pruned, as ``bm25aug export``
@@ -107,18 +111,20 @@ class AugmentedSearcher:
         return self.hits(self.search_arrays(query, k))
 
     def term_lists(self, queries: list[str]) -> list[dict[str, float]]:
-        """``term_list`` for many queries, encoded in batches (``encode_queries``: within the int8
-        runtime's drift of encoding each alone, and the same as ``bm25aug export`` writes)."""
+        """``term_list`` for many queries (``encode_queries``, ``encode_batch_size`` a pass): the
+        same lists ``bm25aug export`` writes for this list of queries."""
         blank = [not check_query(q).strip() for q in queries]
         # Blank queries are encoded too (and then dropped), so that every query has the
         # neighbours it has in an export of the same list.
-        encoded = encode_queries(self.encoder, list(queries), self.top_k, self.threshold, progress=False)
+        encoded = encode_queries(self.encoder, list(queries), self.top_k, self.threshold, progress=False,
+                                 batch_size=self.encode_batch_size)
         return [{} if empty else self.bm25.indexed(terms) for empty, terms in zip(blank, encoded)]
 
     def batch_search_arrays(self, queries: list[str], k: int = 1000, threads: int = 1,
                             desc: str | None = None) -> list[TopK]:
-        """The fast path for many queries: encoded in batches while the chunk before searches on
-        ``threads`` Java threads (``bm25aug.search.batch``); any ``threads`` gives the same result."""
+        """The fast path for many queries: a chunk is encoded while the one before searches on
+        ``threads`` Java threads (``bm25aug.search.batch``); any ``threads`` gives the same result,
+        and with the default ``encode_batch_size`` the same as ``search_arrays`` one by one."""
         return search_chunks(self.bm25.index, WEIGHTED, lambda chunk: [terms_text(t) for t in self.term_lists(chunk)],
                              list(queries), k, threads, desc)
 

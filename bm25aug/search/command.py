@@ -77,13 +77,14 @@ def read_queries(path: str | Path) -> dict[str, str]:
     return queries
 
 
-def make_searcher(index: Path, model: str | None, tokenizer: str | None, k1: float, b: float, runtime: str):
+def make_searcher(index: Path, model: str | None, tokenizer: str | None, k1: float, b: float, runtime: str,
+                  encode_batch_size: int | None = None):
     """``AugmentedSearcher`` with a model, else ``BM25Searcher`` (wp when a tokenizer is named)."""
     from bm25aug.search.augmented import AugmentedSearcher
     from bm25aug.search.bm25 import BM25Searcher
 
     if model:
-        return AugmentedSearcher.from_pretrained(model, index, k1, b, runtime=runtime)
+        return AugmentedSearcher.from_pretrained(model, index, k1, b, runtime=runtime, encode_batch_size=encode_batch_size)
     return BM25Searcher(index, k1, b, tokenizer=tokenizer)
 
 
@@ -104,7 +105,7 @@ def run(args) -> None:
     index = resolve_index(args.index)
     check_outputs({"--output": args.output}, {"--index": index, "--model": args.model, "--queries": args.queries})
     queries = read_queries(args.queries) if args.queries else None
-    searcher = make_searcher(index, args.model, args.tokenizer, args.k1, args.b, args.runtime)
+    searcher = make_searcher(index, args.model, args.tokenizer, args.k1, args.b, args.runtime, args.encode_batch_size)
     if queries is None:
         print_hits(searcher.search(args.query, args.k or 10))
         return
