@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from bm25aug.lucene.jvm import JNI_LOCK, jclass
+from bm25aug.lucene.jvm import JNI_LOCK, jclass, process_wide
 from bm25aug.lucene.ranking import EMPTY, PAIRS, TopK, anserini_top
 from bm25aug.lucene.reader import ANALYZED, FIELD, WEIGHTED, LuceneIndex, java, search_error
 
@@ -75,15 +75,7 @@ def _bind(h, handle, *values):
     return handle
 
 
-_handles: _Handles | None = None
-
-
-def handles() -> _Handles:
-    global _handles
-    if _handles is None:
-        with JNI_LOCK:
-            _handles = _handles or _Handles()
-    return _handles
+handles = process_wide(_Handles)  # () -> _Handles
 
 
 class JavaBatch:

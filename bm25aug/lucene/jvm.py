@@ -147,3 +147,18 @@ def jclass(name: str):
 
     with JNI_LOCK:
         return autoclass(name)
+
+
+def process_wide(factory):
+    """A function that returns ``factory()``, made once per process (under ``JNI_LOCK``): for the
+    Java objects that every thread shares, whose pyjnius targets must never change."""
+    made: list = []
+
+    def get():
+        if not made:
+            with JNI_LOCK:
+                if not made:
+                    made.append(factory())
+        return made[0]
+
+    return get

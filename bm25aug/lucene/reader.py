@@ -28,7 +28,7 @@ import numpy as np
 
 from bm25aug.errors import UserError
 from bm25aug.io import atomic_write_text, derived_ok, digest, record_derived, source_key
-from bm25aug.lucene.jvm import JNI_LOCK, jclass
+from bm25aug.lucene.jvm import JNI_LOCK, jclass, process_wide
 from bm25aug.limits import check
 from bm25aug.lucene.ranking import EMPTY, PAIRS, TopK, anserini_top
 
@@ -111,17 +111,7 @@ def _search_handle(cls, int_type):
     return h.filterReturnValue(h.filterReturnValue(search, lookup.findGetter(top_docs, "scoreDocs", score_docs)), pack)
 
 
-
-
-_java: _Java | None = None
-
-
-def java() -> _Java:
-    global _java
-    if _java is None:
-        with JNI_LOCK:
-            _java = _java or _Java()
-    return _java
+java = process_wide(_Java)  # () -> _Java
 
 
 def escape_term(term: str) -> str:
