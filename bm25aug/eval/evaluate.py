@@ -203,9 +203,16 @@ def run_method(method: Method, config: EvalConfig, dataset, split, k: int, check
     if given:
         verify_index(index, dataset, searcher.docids)
     qids, texts = list(split.queries), list(split.queries.values())
+    lat = latency_ms(lambda q: searcher.search_arrays(q, k), texts)
+    start = time.perf_counter()
+    if isinstance(searcher, AugmentedSearcher):  # encoded once: searched, and described below
+        terms = searcher.term_lists(texts)
+        tops = searcher.bm25.batch_search_terms_arrays(terms, k, config.threads, desc="search")
+    else:
+        tops = searcher.batch_search_arrays(texts, k, config.threads, desc="search")
+    qps = len(texts) / max(time.perf_counter() - start, 1e-9)
     extra = {}
     if isinstance(searcher, AugmentedSearcher):
-        terms = searcher.term_lists(texts)
         extra = {"aug_terms_mean": mean_added_terms(searcher.bm25, texts, terms),
                  "query_terms_mean": float(np.mean([len(v) for v in terms])) if terms else 0.0}
         if not dataset.is_qa and DocTermReader(searcher.bm25.index, searcher.bm25.meta.flavor == "wp").readable:
@@ -213,10 +220,6 @@ def run_method(method: Method, config: EvalConfig, dataset, split, k: int, check
         elif not dataset.is_qa:
             log.info("%s stores no document vectors, so the added terms' precision is not measured (a stock index "
                      "needs none to search)", index)
-    lat = latency_ms(lambda q: searcher.search_arrays(q, k), texts)
-    start = time.perf_counter()
-    tops = searcher.batch_search_arrays(texts, k, config.threads, desc="search")
-    qps = len(texts) / max(time.perf_counter() - start, 1e-9)
     run = {qid: searcher.hits(top) for qid, top in zip(qids, tops)}
     if remove_query:
         run = drop_query_hits(run)
