@@ -17,7 +17,8 @@ from bm25aug.lucene.reader import B, K1
 log = logging.getLogger("bm25aug")
 # The module whose ``run(args)`` does each command.
 COMMANDS = {"index": "bm25aug.lucene.index", "train": "bm25aug.train.command", "eval": "bm25aug.eval.command",
-            "search": "bm25aug.search.command", "export": "bm25aug.model.export"}
+            "search": "bm25aug.search.command", "export": "bm25aug.model.export",
+            "serve": "bm25aug.serve.command"}
 
 
 def _setup_logging() -> None:
@@ -125,10 +126,35 @@ def _search_parser(sub) -> None:
     p.add_argument("--threads", type=int, default=max(1, os.cpu_count() or 1), help="search threads for --queries")
 
 
+def _serve_parser(sub) -> None:
+    from bm25aug.serve.config import ServeConfig
+    from bm25aug.serve.mcp_tools import TRANSPORTS
+
+    d = ServeConfig()
+    p = sub.add_parser("serve", help="serve indexes over HTTP (Anserini's REST API) or MCP")
+    p.add_argument("--index", action="append", help="NAME=PATH: an index folder or Pyserini prebuilt name to serve "
+                                                    "(repeat for more; a bare PATH is named after its folder)")
+    p.add_argument("--model", action="append", help="NAME=PATH: a model folder that rewrites NAME's queries")
+    p.add_argument("--config", help="a YAML file of the indexes and settings (docs/usage-serve.md)")
+    p.add_argument("--mcp", action="store_true", help="serve MCP tools instead of the REST API")
+    p.add_argument("--transport", default=TRANSPORTS[0], choices=TRANSPORTS, help="with --mcp (default: stdio)")
+    for flag, kind, what in (("host", str, "address to listen on"), ("port", int, "port to listen on"),
+                             ("max-hits", int, "most hits a search may ask for"),
+                             ("max-query-chars", int, "longest query accepted"),
+                             ("max-batch", int, "queries a micro-batch"),
+                             ("max-wait-ms", float, "how long a batch waits for more requests under load"),
+                             ("max-queue", int, "waiting requests before 503"),
+                             ("workers", int, "batches in flight per index and method"),
+                             ("threads", int, "Java search threads a batch"), ("k1", float, "BM25 k1"),
+                             ("b", float, "BM25 b")):
+        p.add_argument(f"--{flag}", type=kind, help=f"{what} (default: {getattr(d, flag.replace('-', '_'))})")
+    p.add_argument("--runtime", choices=RUNTIMES, help=f"the query encoder's runtime (default: {d.runtime})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bm25aug", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_index_parser, _train_parser, _eval_parser, _search_parser, _export_parser):
+    for add in (_index_parser, _train_parser, _eval_parser, _search_parser, _export_parser, _serve_parser):
         add(sub)
     return parser
 

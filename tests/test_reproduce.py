@@ -19,7 +19,7 @@ def test_every_generated_table_agrees_with_its_data():
         assert render(text, conditions) == text, f"{path}: run python -m bm25aug.reproduce --write-readme"
     for name in ("headline", "scifact", "targets", "scifact-ablations", "scifact-sweep", "nfcorpus-squad"):
         assert f"<!-- reproductions:{name} -->" in blocks
-    assert "<!-- bench:speed -->" in blocks and "<!-- bench:scale -->" in blocks
+    assert "<!-- bench:speed -->" in blocks and "<!-- bench:scale -->" in blocks and "<!-- bench:serve -->" in blocks
     assert "<!-- reproductions:headline -->" in README.read_text()
 
 

@@ -2,8 +2,9 @@
 
 * ``<!-- reproductions:NAME -->`` blocks: the conditions of ``reproductions.yaml`` whose ``table``
   names NAME, with their expected values and commands.
-* ``<!-- bench:speed -->``, ``<!-- bench:throughput -->`` and ``<!-- bench:scale -->`` blocks: the recorded runs of
-  ``benchmarks/bench_search.py`` and ``benchmarks/scale.py`` (``--record docs/data/*.json``).
+* ``<!-- bench:speed -->``, ``<!-- bench:throughput -->``, ``<!-- bench:scale -->`` and ``<!-- bench:serve -->``
+  blocks: the recorded runs of ``benchmarks/bench_search.py``, ``benchmarks/scale.py`` and
+  ``benchmarks/bench_serve.py`` (``--record docs/data/*.json``).
 
 ``python -m bm25aug.reproduce --write-readme`` rewrites every block; ``tests/test_reproduce.py``
 fails while a file disagrees with its data.
@@ -18,7 +19,8 @@ from pathlib import Path
 from bm25aug.io import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCH_DATA = {"speed": ROOT / "docs" / "data" / "speed.json", "scale": ROOT / "docs" / "data" / "scale.json"}
+BENCH_DATA = {"speed": ROOT / "docs" / "data" / "speed.json", "scale": ROOT / "docs" / "data" / "scale.json",
+              "serve": ROOT / "docs" / "data" / "serve.json"}
 BENCH_DATA["throughput"] = BENCH_DATA["speed"]  # the same runs, as ratios
 METRIC_NAMES = {"ndcg@10": "nDCG@10", "recall@100": "R@100", "mrr@10": "MRR@10", "acc@5": "Acc@5",
                 "acc@20": "Acc@20", "acc@100": "Acc@100", "aug_terms_mean": "added terms / query",
@@ -128,9 +130,27 @@ def scale_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def serve_table(recorded: dict) -> str:
+    """One row per method and concurrency of ``benchmarks/bench_serve.py``, beside the same
+    searches in process (batch QPS, one-query p50) from the same run."""
+    lines = ["| corpus | method | concurrency | requests | errors | QPS | p50 ms | p99 ms | in process: batch QPS "
+             "| in process: p50 ms | server / batch QPS | server p50 - in process |", "|" + "---|" * 12]
+    for run in recorded["runs"]:
+        top, low = max(r["concurrency"] for r in run["server"]), min(r["concurrency"] for r in run["server"])
+        for r in run["server"]:
+            local = run["in_process"][r["method"]]
+            ratio = f"{r['qps'] / local['batch_qps']:.2f}x" if r["concurrency"] == top else ""
+            extra = f"{r['p50_ms'] - local['p50_ms']:+.2f} ms" if r["concurrency"] == low else ""
+            lines.append(f"| {_corpus(run)} | {r['method']} | {r['concurrency']} | {r['requests']:,} | {r['errors']} | "
+                         f"{r['qps']:,.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {local['batch_qps']:,.0f} | "
+                         f"{local['p50_ms']:.2f} | {ratio} | {extra} |")
+    return "\n".join(lines)
+
+
 def bench_table(name: str) -> str:
     recorded = json.loads(BENCH_DATA[name].read_text(encoding="utf-8"))
-    tables = {"speed": speed_table, "throughput": throughput_table, "scale": lambda r: scale_table(r["rows"])}
+    tables = {"speed": speed_table, "throughput": throughput_table, "scale": lambda r: scale_table(r["rows"]),
+              "serve": serve_table}
     return tables[name](recorded)
 
 

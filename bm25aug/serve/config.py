@@ -1,0 +1,131 @@
+"""What ``bm25aug serve`` serves and its limits: one ``ServeConfig``, from flags or a YAML file.
+
+Every default is written here once; the command line reads them from ``ServeConfig``. A config
+file holds the same settings (``indexes`` maps a name to its index and, optionally, its model)::
+
+    indexes:
+      scifact: {index: indexes/scifact.flat, model: checkpoints/scifact/best}
+      nfcorpus: {index: indexes/nfcorpus.flat}
+    port: 8081
+    max_hits: 1000
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bm25aug.errors import UserError
+from bm25aug.limits import MAX_QUERY_CHARS, RUNTIMES, check_choice
+from bm25aug.lucene.reader import B, K1
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # an index name is one URL path segment
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    """One served index: its name in URLs, its folder (or Pyserini prebuilt name), and optionally
+    the model folder that rewrites its queries."""
+
+    name: str
+    index: str
+    model: str | None = None
+
+
+@dataclass
+class ServeConfig:
+    """The server's settings (see ``docs/usage-serve.md`` for what each one trades)."""
+
+    indexes: list[IndexSpec] = field(default_factory=list)
+    host: str = "127.0.0.1"  # loopback: put a proxy in front to serve other machines
+    port: int = 8081  # Pyserini's and Anserini's REST servers' port
+    max_hits: int = 1000  # the most hits one search may ask for
+    max_query_chars: int = 2048  # a longer query is refused (400), not truncated
+    max_batch: int = 32  # queries a micro-batch
+    max_wait_ms: float = 2.0  # how long a batch waits for more requests, under concurrent load only
+    max_queue: int = 1024  # requests waiting beyond this are refused with 503 and Retry-After
+    workers: int = 2  # batches in flight per index and method (one encodes while one searches)
+    threads: int = max(1, os.cpu_count() or 1)  # Java search threads a batch
+    runtime: str = RUNTIMES[0]  # the query encoder's runtime
+    k1: float = K1
+    b: float = B
+
+    def __post_init__(self) -> None:
+        check_choice("query encoder runtime", self.runtime, RUNTIMES)
+        for name, low, high in (("port", 0, 65535), ("max_hits", 1, 100_000), ("max_batch", 1, 4096),
+                                ("max_queue", 1, 1_000_000), ("workers", 1, 64), ("threads", 1, 1024),
+                                ("max_query_chars", 1, MAX_QUERY_CHARS)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise UserError(f"serve setting {name} = {value!r} is out of range; fix: use an integer from "
+                                f"{low} to {high}")
+        if not isinstance(self.max_wait_ms, (int, float)) or not 0 <= self.max_wait_ms <= 1000:
+            raise UserError(f"serve setting max_wait_ms = {self.max_wait_ms!r} is out of range; fix: use a number "
+                            f"of milliseconds from 0 to 1000")
+        names = [spec.name for spec in self.indexes]
+        if repeated := next((n for n in names if names.count(n) > 1), None):
+            raise UserError(f"index name {repeated!r} is given twice; fix: give each served index its own name")
+
+
+def parse_pairs(values: list[str] | None, option: str) -> list[tuple[str | None, str]]:
+    """``NAME=PATH`` (or a bare ``PATH``) flags as ``(name or None, path)``."""
+    pairs = []
+    for value in values or []:
+        name, eq, path = value.partition("=")
+        if not eq:
+            name, path = None, value
+        if not path or (name is not None and not NAME.match(name)):
+            raise UserError(f"{option} {value!r} is not NAME=PATH; fix: pass e.g. {option} scifact=indexes/scifact.flat "
+                            f"(a name of letters, digits, '.', '_' and '-')")
+        pairs.append((name, path))
+    return pairs
+
+
+def index_specs(index_flags: list[str] | None, model_flags: list[str] | None) -> list[IndexSpec]:
+    """``--index NAME=PATH`` and ``--model NAME=PATH`` flags as ``IndexSpec``s (a bare index path is
+    named after its folder; a bare model path goes with the only index)."""
+    indexes = [(name or Path(path.rstrip("/")).name, path) for name, path in parse_pairs(index_flags, "--index")]
+    for name, _ in indexes:
+        if not NAME.match(name):
+            raise UserError(f"index name {name!r} cannot be a URL path segment; fix: name it, --index NAME=PATH")
+    models: dict[str, str] = {}
+    for name, path in parse_pairs(model_flags, "--model"):
+        if name is None:
+            if len(indexes) != 1:
+                raise UserError(f"--model {path} names no index and {len(indexes)} are served; fix: pass "
+                                f"--model NAME={path} with NAME one of the --index names")
+            name = indexes[0][0]
+        if name not in dict(indexes):
+            raise UserError(f"--model {name}={path}: no --index is named {name!r}; fix: use one of "
+                            f"{', '.join(n for n, _ in indexes) or '(none: add --index NAME=PATH)'}")
+        models[name] = path
+    return [IndexSpec(name, path, models.get(name)) for name, path in indexes]
+
+
+def load_config(path: str | Path) -> ServeConfig:
+    """A ``ServeConfig`` from a YAML file (see the module docstring for its shape)."""
+    import yaml
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise UserError(f"cannot read the serve config {path} ({type(e).__name__}); fix: pass a readable YAML "
+                        f"file (see docs/usage-serve.md)") from None
+    known = {f.name for f in dataclasses.fields(ServeConfig)}
+    if not isinstance(data, dict) or (unknown := sorted(set(data) - known)):
+        what = f"unknown settings {unknown}" if isinstance(data, dict) else "not a mapping"
+        raise UserError(f"{path}: {what}; fix: use the settings {', '.join(sorted(known))}")
+    entries = data.pop("indexes", None) or {}
+    if not isinstance(entries, dict) or not all(isinstance(e, dict) and isinstance(e.get("index"), str)
+                                                for e in entries.values()):
+        raise UserError(f"{path}: indexes must map a name to {{index: PATH, model: PATH}}; fix: see docs/usage-serve.md")
+    flags = [f"{name}={entry['index']}" for name, entry in entries.items()]
+    models = [f"{name}={entry['model']}" for name, entry in entries.items() if entry.get("model")]
+    try:
+        return ServeConfig(indexes=index_specs(flags, models), **data)
+    except TypeError as e:
+        raise UserError(f"{path}: {e}; fix: see docs/usage-serve.md") from None
