@@ -59,3 +59,30 @@ def test_answer_accuracy_at_k():
     run = {"q1": hits("p1", "p2"), "q2": hits("p3", "p1")}
     m = evaluate_answers(run, {"q1": ["paris"], "q2": ["London"]}, corpus, ks=(1, 2))
     assert m["acc@1"] == 0.0 and m["acc@2"] == 0.5 and m["num_queries"] == 2
+
+
+def test_judgements_of_absent_documents_are_scored_as_trec_eval_scores_them(tmp_path, caplog):
+    """q1 judges only a document the corpus lacks, q2 one present and one absent: both stay in the
+    average (num_queries = every judged query), q1 scores 0, and q2's ideal DCG counts the absent
+    document, exactly as pytrec_eval (trec_eval) over the file's own qrels; training never sees them."""
+    import pytrec_eval
+
+    from bm25aug.data.registry import load_dataset
+    from bm25aug.eval.metrics import evaluate_split
+    from conftest import write_beir
+
+    root = write_beir(tmp_path / "tiny", queries={"q1": "cat on a mat", "q2": "dog barking", "q3": "pasta sauce"},
+                      splits=("test",))
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\tgone1\t1\nq2\td2\t1\nq2\tgone2\t2\n"
+                                             "q3\td5\t1\n")
+    split = load_dataset(str(root)).split("test")
+    assert "2 judgements of 2 queries name documents absent from the corpus" in caplog.text
+    assert split.qrels == {"q1": {}, "q2": {"d2": 1}, "q3": {"d5": 1}}  # what training reads
+    run = {"q1": [Hit("d1", 3.0)], "q2": [Hit("d2", 2.0), Hit("d7", 1.0)], "q3": [Hit("d5", 1.0)]}
+    metrics = evaluate_split(run, split, {})
+    assert metrics["num_queries"] == 3
+    full = {"q1": {"gone1": 1}, "q2": {"d2": 1, "gone2": 2}, "q3": {"d5": 1}}
+    expected = pytrec_eval.RelevanceEvaluator(full, {"ndcg_cut.10"}).evaluate(
+        {q: {h.docid: h.score for h in hits} for q, hits in run.items()})
+    assert expected["q1"]["ndcg_cut_10"] == 0.0 and 0 < expected["q2"]["ndcg_cut_10"] < 1
+    assert metrics["ndcg@10"] == pytest.approx(sum(v["ndcg_cut_10"] for v in expected.values()) / 3)

@@ -43,6 +43,17 @@ class Split:
     qrels: dict[str, dict[str, int]] = field(default_factory=dict)
     answers: dict[str, list[str]] = field(default_factory=dict)
     negatives: dict[str, list[str]] = field(default_factory=dict)  # DPR's hard_negative_ctxs ids
+    # Judgements of documents the corpus lacks: out of ``qrels`` (training never sees them) but
+    # scored, as trec_eval, Anserini and BEIR score them (``judged_qrels``).
+    absent: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def judged_qrels(self) -> dict[str, dict[str, int]]:
+        """Every judgement, absent documents included: what evaluation averages over, so a query
+        whose judged documents are all missing stays in the average and scores 0."""
+        if not self.absent:
+            return self.qrels
+        return {q: {**self.qrels.get(q, {}), **self.absent.get(q, {})} for q in {*self.qrels, *self.absent}}
 
 
 def _read_queries_jsonl(path: Path) -> list[tuple[str, str]]:

@@ -144,13 +144,20 @@ class Dataset:
         return self._splits[name]
 
     def _warn_unknown_docs(self, name: str, split: Split) -> None:
-        missing = sum(1 for rels in split.qrels.values() for d in rels if d not in self.corpus)
-        if missing:
-            log.warning("%s/%s: %d qrels name documents that are not in the corpus; they are ignored",
-                        self.name, name, missing)
-            for rels in split.qrels.values():
-                for d in [d for d in rels if d not in self.corpus]:
+        """Judgements of documents the corpus lacks move to ``split.absent``: training leaves them
+        out, evaluation still counts them (and their queries), as trec_eval does."""
+        for qid, rels in split.qrels.items():
+            if absent := {d: g for d, g in rels.items() if d not in self.corpus}:
+                split.absent[qid] = absent
+                for d in absent:
                     del rels[d]
+        if split.absent:
+            pairs = sum(map(len, split.absent.values()))
+            emptied = sum(1 for q in split.absent if not split.qrels[q])
+            example = next(iter(next(iter(split.absent.values()))))
+            log.warning("%s/%s: %d judgements of %d queries name documents absent from the corpus (e.g. %r); they "
+                        "are scored as trec_eval scores them (%d queries judge nothing else and score 0) and left "
+                        "out of training", self.name, name, pairs, len(split.absent), example, emptied)
 
     def train_dev(self, dev_size: int, seed: int) -> tuple[Split, Split, str]:
         """Train and dev splits; without a dev split, a seeded slice of train (named in the 3rd value)."""
@@ -164,10 +171,8 @@ class Dataset:
         dev_ids, train_ids = set(qids[:n]), set(qids[n:])
 
         def subset(ids: set[str]) -> Split:
-            return Split({q: t for q, t in train.queries.items() if q in ids},
-                         {q: r for q, r in train.qrels.items() if q in ids},
-                         {q: a for q, a in train.answers.items() if q in ids},
-                         {q: n for q, n in train.negatives.items() if q in ids})
+            return Split(*({q: v for q, v in part.items() if q in ids}
+                           for part in (train.queries, train.qrels, train.answers, train.negatives, train.absent)))
 
         return subset(train_ids), subset(dev_ids), f"seeded slice of train (seed {seed}, {n} queries)"
 

@@ -105,7 +105,7 @@ def per_query(run: dict[str, list[Hit]], split, corpus: Mapping[str, Document]) 
     a paired comparison of two runs on the same queries needs."""
     if split.answers:
         return "acc@5", {q: float(r < 5) for q, r in first_answer_ranks(run, split.answers, corpus, 5).items()}
-    qrels = {q: r for q, r in split.qrels.items() if r}
+    qrels = {q: r for q, r in split.judged_qrels.items() if r}
     got = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(_trec_run(run, qrels))
     return "ndcg@10", {q: got.get(q, {}).get("ndcg_cut_10", 0.0) for q in qrels}
 
@@ -118,7 +118,7 @@ def evaluate_split(run: dict[str, list[Hit]], split, corpus: Mapping[str, Docume
                     len(unknown), len(run), unknown[0])
     if split.answers:
         return evaluate_answers(run, split.answers, corpus)
-    return evaluate_qrels(run, split.qrels)
+    return evaluate_qrels(run, split.judged_qrels)
 
 
 def added_terms(searcher, term_lists: dict[str, dict[str, float]], split):
