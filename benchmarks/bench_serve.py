@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -91,8 +92,6 @@ def free_port() -> int:
 
 
 def start_server(index: Path, checkpoint: Path, threads: int, log: Path) -> tuple[subprocess.Popen, str]:
-    import httpx
-
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "bm25aug.cli", "serve", "--index", f"bench={index}", "--model",
                                f"bench={checkpoint}", "--port", str(port), "--threads", str(threads)],
@@ -103,9 +102,9 @@ def start_server(index: Path, checkpoint: Path, threads: int, log: Path) -> tupl
         if server.poll() is not None:
             raise SystemExit(f"error: the server exited; its log: {log}")
         try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+            with urllib.request.urlopen(f"{url}/health", timeout=2):
                 return server, url
-        except httpx.TransportError:
+        except OSError:
             time.sleep(0.5)
     server.terminate()
     raise SystemExit(f"error: the server did not start in 600 s; its log: {log}")

@@ -145,8 +145,11 @@ def _serve_parser(sub) -> None:
                              ("max-wait-ms", float, "how long a batch waits for more requests under load"),
                              ("max-queue", int, "waiting requests before 503"),
                              ("workers", int, "batches in flight per index and method"),
-                             ("threads", int, "Java search threads a batch"), ("k1", float, "BM25 k1"),
-                             ("b", float, "BM25 b")):
+                             ("threads", int, "Java search threads a batch"),
+                             ("doc-cache", int, "stored documents cached per index"),
+                             ("retry-after", int, "seconds a 503 asks clients to wait"),
+                             ("shutdown-s", int, "seconds a stop waits for in-flight requests"),
+                             ("k1", float, "BM25 k1"), ("b", float, "BM25 b")):
         p.add_argument(f"--{flag}", type=kind, help=f"{what} (default: {getattr(d, flag.replace('-', '_'))})")
     p.add_argument("--runtime", choices=RUNTIMES, help=f"the query encoder's runtime (default: {d.runtime})")
 
@@ -181,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
               f"permissions", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if args.command == "serve":  # Ctrl-C or SIGTERM is how a server is stopped
+            print("stopped", file=sys.stderr)
+            return 0
         again = ("rerun with --resume to continue after the last finished epoch" if args.command == "train"
                  else "rerun the same command")
         print(f"interrupted; temporaries removed; {again}", file=sys.stderr)

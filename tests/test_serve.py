@@ -236,12 +236,12 @@ def test_batcher_gathers_concurrent_requests_and_keeps_each_answer():
         seen.append((list(queries), k))
         return [f"{q}:{k}" for q in queries]
 
-    batcher = MicroBatcher(search, max_batch=8, max_wait_ms=0, workers=1)
+    batcher = MicroBatcher(search, max_batch=8, max_wait_ms=0, max_queue=100, workers=1, retry_after=1)
     futures = [batcher.submit(f"q{i}", 1 + i % 2) for i in range(9)]
     gate.set()
     assert [f.result(10) for f in futures] == [f"q{i}:{1 + i % 2}" for i in range(9)]
     assert len(seen) < 9 and all(len(qs) <= 8 for qs, _ in seen)  # batched, never over max_batch
-    batcher.close()
+    batcher.close(10)
 
 
 def test_batcher_refuses_when_full_and_reports_errors_to_their_requests():
@@ -253,7 +253,7 @@ def test_batcher_refuses_when_full_and_reports_errors_to_their_requests():
             raise UserError("bad query")
         return queries
 
-    batcher = MicroBatcher(search, max_batch=1, max_wait_ms=0, max_queue=2, workers=1)
+    batcher = MicroBatcher(search, max_batch=1, max_wait_ms=0, max_queue=2, workers=1, retry_after=1)
     first = batcher.submit("a", 1)
     time.sleep(0.2)  # the worker holds "a"
     queued = [batcher.submit("bad", 1), batcher.submit("c", 1)]
@@ -263,9 +263,53 @@ def test_batcher_refuses_when_full_and_reports_errors_to_their_requests():
     assert first.result(10) == "a" and queued[1].result(10) == "c"
     with pytest.raises(UserError):
         queued[0].result(10)
-    batcher.close()
+    batcher.close(10)
     with pytest.raises(Overloaded):
         batcher.submit("e", 1)
+
+
+def test_one_bad_query_fails_only_its_own_request():
+    """A batch that fails is searched again request by request: the others still get answers."""
+    gate = threading.Event()
+
+    def search(queries, k):
+        gate.wait(10)
+        if "bad" in queries:
+            raise UserError("bad query")
+        return [q.upper() for q in queries]
+
+    batcher = MicroBatcher(search, max_batch=8, max_wait_ms=0, max_queue=100, workers=1, retry_after=1)
+    futures = [batcher.submit(q, 1) for q in ("a", "b", "bad", "c")]
+    gate.set()
+    assert [futures[i].result(10) for i in (0, 1, 3)] == ["A", "B", "C"]
+    with pytest.raises(UserError):
+        futures[2].result(10)
+    batcher.close(10)
+
+
+def test_a_docid_with_a_slash_is_fetched(tmp_path):
+    """Wikipedia-titled docids (FEVER, HotpotQA) hold '/': the route takes the rest of the path."""
+    from conftest import TINY_DOCS, write_beir
+
+    from bm25aug.data.registry import load_dataset
+    from bm25aug.lucene.index import ensure_index
+    from bm25aug.serve.rest import create_app
+    from bm25aug.serve.service import SearchService
+
+    docs = {"AC/DC": ("AC/DC", "An Australian rock band."), **TINY_DOCS}
+    index = ensure_index(load_dataset(str(write_beir(tmp_path / "slashed", docs=docs))), "flat", tmp_path / "indexes")
+    service = SearchService(ServeConfig(indexes=[IndexSpec("s", str(index))]))
+
+    async def run():
+        transport = httpx.ASGITransport(app=create_app(service))
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            hit = (await client.get("/v1/s/search", params={"query": "rock band", "hits": 1})).json()["candidates"][0]
+            return hit, (await client.get("/v1/s/doc/AC/DC")).json(), (await client.get("/v1/s/doc/AC%2FDC")).json()
+
+    hit, plain, encoded = asyncio.run(run())
+    service.close()
+    assert hit["docid"] == plain["docid"] == encoded["docid"] == "AC/DC"
+    assert plain["doc"]["contents"].startswith("AC/DC")
 
 
 # ------------------------------------------------------------------------------------- config
@@ -340,6 +384,5 @@ def test_mcp_tools_over_stdio(scifact_flat, served_model, tmp_path):
     expected = AugmentedSearcher.from_pretrained(served_model, scifact_flat).search(QUERIES[0], 5)
     assert [(c["docid"], c["score"]) for c in data["search"]["candidates"]] == [(h.docid, h.score) for h in expected]
     assert data["augment"]["terms"] and data["get_document"]["doc"]["id"] == "4983"
-    listed = data["list_indexes"]
-    assert (listed[0] if isinstance(listed, list) else listed)["name"] == "scifact"
+    assert [i["name"] for i in data["list_indexes"]["indexes"]] == ["scifact"]
     assert bad.is_error and "empty" in bad.content[0].text

@@ -20,4 +20,8 @@ def raw_documents(index: LuceneIndex, numbers: Sequence[int]) -> list[str | None
         return []
     with JNI_LOCK:  # pyjnius calls on shared classes (bm25aug.lucene.reader's docstring)
         stored = index.reader.storedFields()
-        return [stored.document(int(n)).get(RAW_FIELD) for n in numbers]
+    docs = []
+    for n in numbers:  # the lock is taken per document: a deep request never stalls other Java calls
+        with JNI_LOCK:
+            docs.append(stored.document(int(n)).get(RAW_FIELD))
+    return docs

@@ -28,7 +28,7 @@ BatchFn = Callable[[list[str], int], list]
 class Overloaded(Exception):
     """The queue is full: the caller should retry after ``retry_after`` seconds."""
 
-    def __init__(self, retry_after: int = 1):
+    def __init__(self, retry_after: int):
         super().__init__(f"the server is busy (request queue full); retry after {retry_after} s")
         self.retry_after = retry_after
 
@@ -43,34 +43,42 @@ class _Request:
 class MicroBatcher:
     """Run ``search(queries, k)`` on batches of queued requests; ``submit`` returns a ``Future``."""
 
-    def __init__(self, search: BatchFn, max_batch: int = 32, max_wait_ms: float = 2.0, max_queue: int = 1024,
-                 workers: int = 2, name: str = "batcher"):
+    def __init__(self, search: BatchFn, max_batch: int, max_wait_ms: float, max_queue: int, workers: int,
+                 retry_after: int, name: str = "batcher"):
         self.search, self.max_batch, self.max_wait = search, max_batch, max_wait_ms / 1000
+        self.retry_after = retry_after
         self._queue: queue.Queue[_Request | None] = queue.Queue(max_queue)
+        self._lock = threading.Lock()  # submit and close: nothing is queued behind the stop sentinels
         self._closed = False
-        self.batches = self.requests = 0  # for the server's stats: mean batch size = requests / batches
+        self.batches = self.requests = 0  # the server's stats (mean batch size), updated under _lock
         self._workers = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(workers)]
         for worker in self._workers:
             worker.start()
 
     def submit(self, query: str, k: int) -> Future:
         """Queue one query; ``Overloaded`` at once when the queue is full or the batcher closed."""
-        if self._closed:
-            raise Overloaded()
         future: Future = Future()
-        try:
-            self._queue.put_nowait(_Request(query, k, future))
-        except queue.Full:
-            raise Overloaded() from None
+        with self._lock:
+            if self._closed:
+                raise Overloaded(self.retry_after)
+            try:
+                self._queue.put_nowait(_Request(query, k, future))
+            except queue.Full:
+                raise Overloaded(self.retry_after) from None
         return future
 
-    def close(self, timeout: float = 30.0) -> None:
-        """Finish what is queued, then stop the workers."""
-        self._closed = True
+    def close(self, timeout: float) -> None:
+        """Finish what is queued, then stop the workers (waiting ``timeout`` seconds at most)."""
+        with self._lock:
+            self._closed = True
+        deadline = time.monotonic() + timeout
         for _ in self._workers:
-            self._queue.put(None)
+            try:
+                self._queue.put(None, timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Full:  # workers stuck on a search: they are daemon threads, and the process ends
+                break
         for worker in self._workers:
-            worker.join(timeout)
+            worker.join(max(0.0, deadline - time.monotonic()))
 
     def _gather(self, first: _Request, linger: bool) -> tuple[list[_Request], bool]:
         """``first`` and whatever else is queued (waiting up to ``max_wait`` if ``linger``); True
@@ -95,14 +103,16 @@ class MicroBatcher:
                 return
             batch, stop = self._gather(first, linger)
             linger = len(batch) > 1
-            self.batches, self.requests = self.batches + 1, self.requests + len(batch)
+            with self._lock:
+                self.batches, self.requests = self.batches + 1, self.requests + len(batch)
             self._run(batch)
             if stop:
                 return
 
     def _run(self, batch: list[_Request]) -> None:
         """One batch search per distinct k (so each request gets exactly what a search of its own
-        k returns); an error goes to the requests of that search only."""
+        k returns). A batch that fails is searched again request by request, so that one bad
+        query fails its own request only."""
         by_k: dict[int, list[_Request]] = {}
         for request in batch:
             if request.future.set_running_or_notify_cancel():
@@ -111,8 +121,17 @@ class MicroBatcher:
             try:
                 results = self.search([r.query for r in requests], k)
             except BaseException as e:  # noqa: BLE001  (handed to the waiting request, which reports it)
+                if len(requests) == 1:
+                    requests[0].future.set_exception(e)
+                    continue
                 for r in requests:
-                    r.future.set_exception(e)
+                    self._run_alone(r)
                 continue
             for r, result in zip(requests, results):
                 r.future.set_result(result)
+
+    def _run_alone(self, request: _Request) -> None:
+        try:
+            request.future.set_result(self.search([request.query], request.k)[0])
+        except BaseException as e:  # noqa: BLE001
+            request.future.set_exception(e)

@@ -53,4 +53,4 @@ def run(args) -> None:
     # uvicorn handles SIGINT/SIGTERM itself: it stops accepting, lets in-flight requests finish
     # (up to the timeout), then the app's lifespan closes the batchers.
     uvicorn.run(create_app(service), host=config.host, port=config.port, log_level="warning", access_log=False,
-                timeout_graceful_shutdown=30)
+                timeout_graceful_shutdown=config.shutdown_s)

@@ -49,6 +49,9 @@ class ServeConfig:
     max_queue: int = 1024  # requests waiting beyond this are refused with 503 and Retry-After
     workers: int = 2  # batches in flight per index and method (one encodes while one searches)
     threads: int = max(1, os.cpu_count() or 1)  # Java search threads a batch
+    doc_cache: int = 65_536  # stored documents kept per index (a cold read decompresses a block)
+    retry_after: int = 1  # seconds a 503 asks the client to wait
+    shutdown_s: int = 30  # how long a stop waits for in-flight requests
     runtime: str = RUNTIMES[0]  # the query encoder's runtime
     k1: float = K1
     b: float = B
@@ -57,12 +60,14 @@ class ServeConfig:
         check_choice("query encoder runtime", self.runtime, RUNTIMES)
         for name, low, high in (("port", 0, 65535), ("max_hits", 1, 100_000), ("max_batch", 1, 4096),
                                 ("max_queue", 1, 1_000_000), ("workers", 1, 64), ("threads", 1, 1024),
-                                ("max_query_chars", 1, MAX_QUERY_CHARS)):
+                                ("max_query_chars", 1, MAX_QUERY_CHARS), ("doc_cache", 0, 100_000_000),
+                                ("retry_after", 1, 3600), ("shutdown_s", 0, 3600)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise UserError(f"serve setting {name} = {value!r} is out of range; fix: use an integer from "
                                 f"{low} to {high}")
-        if not isinstance(self.max_wait_ms, (int, float)) or not 0 <= self.max_wait_ms <= 1000:
+        if isinstance(self.max_wait_ms, bool) or not isinstance(self.max_wait_ms, (int, float)) \
+                or not 0 <= self.max_wait_ms <= 1000:
             raise UserError(f"serve setting max_wait_ms = {self.max_wait_ms!r} is out of range; fix: use a number "
                             f"of milliseconds from 0 to 1000")
         names = [spec.name for spec in self.indexes]

@@ -17,12 +17,11 @@ TRANSPORTS = ("stdio", "http")
 
 def create_mcp(service: SearchService):
     """An ``MCPServer`` whose tools call ``service``."""
-    from fastapi.concurrency import run_in_threadpool
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
     names = ", ".join(sorted(service.backends))
-    mcp = MCPServer("bm25aug", instructions=f"BM25 search with learned query augmentation over: {names}. "
+    mcp = MCPServer("bm25aug", log_level="WARNING", instructions=f"BM25 search with learned query augmentation over: {names}. "
                                             f"Call list_indexes first; search returns docids, scores and documents.")
 
     async def call(fn, *args):
@@ -42,17 +41,17 @@ def create_mcp(service: SearchService):
     async def augment(index: str, query: str) -> dict:
         """How the model rewrites a query: its weighted terms, the terms it added, and the query's
         own terms with BM25's weight and the learned one."""
-        return await call(run_in_threadpool, service.augment, index, query)
+        return await call(service.augment, index, query)
 
     @mcp.tool()
     async def get_document(index: str, docid: str) -> dict:
         """The stored document with this docid."""
-        return await call(run_in_threadpool, service.document, index, docid)
+        return await call(service.document, index, docid)
 
     @mcp.tool()
-    def list_indexes() -> list[dict]:
-        """The served indexes: name, size, flavor, model and search methods."""
-        return service.indexes()
+    def list_indexes() -> dict:
+        """The served indexes (``indexes``): name, size, flavor, model and search methods."""
+        return {"indexes": service.indexes()}
 
     return mcp
 

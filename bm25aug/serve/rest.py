@@ -93,7 +93,10 @@ class ErrorResponse(BaseModel):
 
 ERRORS = {status: {"model": ErrorResponse, "description": what} for status, what in (
     (400, "Invalid request parameters"), (404, "Unknown index, document or route"),
-    (503, "Overloaded: retry after the Retry-After header's seconds"))}
+    (500, "Internal server error (a fault of the server, never of the request)"))}
+OVERLOADED = {503: {"model": ErrorResponse, "description": "Overloaded: the request queue is full",
+                    "headers": {"Retry-After": {"description": "seconds to wait before retrying",
+                                                "schema": {"type": "integer"}}}}}
 
 
 def _json(body: dict | list, status: int = 200, headers: dict | None = None) -> Response:
@@ -149,7 +152,8 @@ def create_app(service: SearchService) -> FastAPI:
     def parse_param():
         return Query(True, description="true: the stored document as parsed JSON; false: its raw string")
 
-    @app.get(f"/{API}/{{index}}/search", response_model=SearchResponse, responses=ERRORS, tags=["anserini"],
+    @app.get(f"/{API}/{{index}}/search", response_model=SearchResponse, responses={**ERRORS, **OVERLOADED},
+             tags=["anserini"],
              summary="Search an index")
     async def search(index: str = index_path(), query: str = query_param(),
                      hits: int = Query(10, ge=1, le=service.config.max_hits, description="number of hits"),
@@ -159,16 +163,17 @@ def create_app(service: SearchService) -> FastAPI:
                      ) -> Response:
         return _json(await service.search(index, query, hits, method, parse))
 
-    @app.get(f"/{API}/{{index}}/doc/{{docid}}", response_model=DocumentResponse, responses=ERRORS,
+    # {docid:path}: a docid may hold "/" (Wikipedia titles such as AC/DC in FEVER or HotpotQA)
+    @app.get(f"/{API}/{{index}}/doc/{{docid:path}}", response_model=DocumentResponse, responses=ERRORS,
              tags=["anserini"], summary="Fetch a document by docid")
     async def document(index: str = index_path(), docid: str = Path(description="a document id of the index"),
                        parse: bool = parse_param()) -> Response:
-        return _json(await run_in_threadpool(service.document, index, docid, parse))
+        return _json(await service.document(index, docid, parse))
 
     @app.get(f"/{API}/{{index}}/augment", response_model=AugmentResponse, responses=ERRORS, tags=["bm25aug"],
              summary="The query as the model rewrites it: weighted terms, added and reweighted")
     async def augment(index: str = index_path(), query: str = query_param()) -> Response:
-        return _json(await run_in_threadpool(service.augment, index, query))
+        return _json(await service.augment(index, query))
 
     @app.get(f"/{API}/indexes", response_model=list[IndexInfo], tags=["bm25aug"], summary="The served indexes")
     async def indexes() -> Response:

@@ -17,7 +17,9 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
 
 from bm25aug.errors import UserError
 from bm25aug.lucene.documents import raw_documents
@@ -25,10 +27,13 @@ from bm25aug.lucene.ranking import TopK
 from bm25aug.serve.batcher import MicroBatcher, Overloaded
 from bm25aug.serve.config import IndexSpec, ServeConfig
 
+if TYPE_CHECKING:
+    from bm25aug.search.augmented import AugmentedSearcher
+    from bm25aug.search.bm25 import BM25Searcher
+
 log = logging.getLogger(__name__)
 API = "v1"
 METHODS = ("bm25", "augmented")
-DOC_CACHE = 65_536  # stored documents kept per index: a random read decompresses a block (~0.2 ms)
 
 
 class ServeError(Exception):
@@ -44,8 +49,9 @@ class Backend:
     """One served index: its searchers, their batchers, and a cache of its stored documents."""
 
     spec: IndexSpec
-    bm25: object  # BM25Searcher
-    augmented: object | None  # AugmentedSearcher
+    bm25: BM25Searcher
+    augmented: AugmentedSearcher | None
+    doc_cache: int
     batchers: dict[str, MicroBatcher] = field(default_factory=dict)
     _docs: OrderedDict = field(default_factory=OrderedDict)
     _docs_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -72,7 +78,7 @@ class Backend:
             out.update(fetched)
             with self._docs_lock:
                 self._docs.update(fetched)
-                while len(self._docs) > DOC_CACHE:
+                while len(self._docs) > self.doc_cache:
                     self._docs.popitem(last=False)
         return [out[int(n)] for n in numbers]
 
@@ -112,21 +118,34 @@ class SearchService:
             if spec.model:
                 augmented = AugmentedSearcher.from_pretrained(spec.model, path, config.k1, config.b,
                                                               runtime=config.runtime)
-                backend = Backend(spec, augmented.bm25, augmented)
+                backend = Backend(spec, augmented.bm25, augmented, config.doc_cache)
             else:
-                backend = Backend(spec, BM25Searcher(path, config.k1, config.b), None)
+                backend = Backend(spec, BM25Searcher(path, config.k1, config.b), None, config.doc_cache)
             for method in backend.methods:
                 backend.batchers[method] = MicroBatcher(
                     lambda queries, k, b=backend, m=method: b.batch(m, queries, k, config.threads),
-                    config.max_batch, config.max_wait_ms, config.max_queue, config.workers, f"{spec.name}-{method}")
+                    config.max_batch, config.max_wait_ms, config.max_queue, config.workers, config.retry_after,
+                    f"{spec.name}-{method}")
             self.backends[spec.name] = backend
             log.info("serving %s (%s; methods %s)", spec.name, path, ", ".join(backend.methods))
+        # Documents and term lists are read here, on threads that live as long as the service: a
+        # thread that calls Java stays attached to the JVM, so short-lived pool threads would pile
+        # up there (and a thread dump of such a JVM crashed it).
+        self._pool = ThreadPoolExecutor(config.workers, thread_name_prefix="bm25aug-serve")
 
     def close(self) -> None:
-        """Let queued requests finish, then stop every batcher."""
+        """Let queued requests finish (up to ``shutdown_s``), then stop every batcher."""
         for backend in self.backends.values():
             for batcher in backend.batchers.values():
-                batcher.close()
+                batcher.close(self.config.shutdown_s)
+        self._pool.shutdown(wait=True)
+
+    async def _blocking(self, fn: Callable, *args):
+        """``fn(*args)`` on the service's own threads (see ``__init__``), its refusals as 400s."""
+        try:
+            return await asyncio.wrap_future(self._pool.submit(fn, *args))
+        except UserError as e:
+            raise ServeError(400, str(e)) from None
 
     # ------------------------------------------------------------------------------ checks
     def backend(self, name: str) -> Backend:
@@ -136,6 +155,7 @@ class SearchService:
         return backend
 
     def check_query(self, query) -> str:
+        """A non-blank query within ``max_query_chars``, valid Unicode."""
         if not isinstance(query, str) or not query.strip():
             raise ServeError(400, "the query is empty; fix: pass query=TEXT with at least one word")
         if len(query) > self.config.max_query_chars:
@@ -148,12 +168,14 @@ class SearchService:
         return query
 
     def check_hits(self, hits) -> int:
+        """An integer from 1 to ``max_hits``."""
         if isinstance(hits, bool) or not isinstance(hits, int) or not 1 <= hits <= self.config.max_hits:
             raise ServeError(400, f"hits={hits!r} is out of range; fix: pass an integer from 1 to "
                                   f"{self.config.max_hits}")
         return hits
 
     def method(self, backend: Backend, method: str | None) -> str:
+        """The asked-for method if the index has it, else its default (augmented where a model is loaded)."""
         method = method or backend.default_method
         if method not in backend.methods:
             why = ("no model is loaded for it" if method == "augmented" else f"{method!r} is not a method")
@@ -181,29 +203,26 @@ class SearchService:
                       for r, (d, s, doc) in enumerate(zip(ids, top.scores.tolist(), docs), 1)]
         return {"api": API, "index": index, "method": method, "query": {"text": query}, "candidates": candidates}
 
-    def augment(self, index: str, query: str) -> dict:
+    async def augment(self, index: str, query: str) -> dict:
         """The query's weighted term list, and what the model added and reweighted (``AugmentedQuery``)."""
         backend = self.backend(index)
         query = self.check_query(query)
         if backend.augmented is None:
             raise ServeError(400, f"index {index!r} has no model to augment queries with; fix: serve it with "
                                   f"--model {index}=MODEL_DIR")
-        try:
-            augmented = backend.augmented.augment(query)
-        except UserError as e:
-            raise ServeError(400, str(e)) from None
+        augmented = await self._blocking(backend.augmented.augment, query)
         return {"api": API, "index": index, "query": {"text": query}, "terms": augmented.terms,
                 "added": augmented.added,
                 "reweighted": {t: {"bm25": c, "learned": w} for t, (c, w) in augmented.reweighted.items()}}
 
-    def document(self, index: str, docid: str, parse: bool = True) -> dict:
+    async def document(self, index: str, docid: str, parse: bool = True) -> dict:
         """Anserini's ``DocumentResponse``: ``{api, index, docid, doc}``."""
         backend = self.backend(index)
         number = int(backend.bm25.index.doc_numbers([docid])[0]) if docid else -1
         if number < 0:
             raise ServeError(404, f"index {index!r} has no document {docid!r}; fix: use a docid from its hits")
-        return {"api": API, "index": index, "docid": docid,
-                "doc": parse_document(backend.documents([number])[0], parse)}
+        raw = (await self._blocking(backend.documents, [number]))[0]
+        return {"api": API, "index": index, "docid": docid, "doc": parse_document(raw, parse)}
 
     def indexes(self) -> list[dict]:
         """Each served index: its name, folder, size, flavor, model and methods."""
@@ -212,6 +231,7 @@ class SearchService:
                  "default_method": b.default_method} for name, b in self.backends.items()]
 
     def health(self) -> dict:
+        """Liveness, requests answered and the mean micro-batch size."""
         batchers = [bt for b in self.backends.values() for bt in b.batchers.values()]
         batches, requests = sum(b.batches for b in batchers), sum(b.requests for b in batchers)
         return {"status": "ok", "indexes": len(self.backends), "uptime_s": round(time.time() - self.started, 1),
