@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bm25aug.errors import UserError
-from bm25aug.model.encoder import BATCH, encode_queries
+from bm25aug.model.encoder import BATCH, WINDOW, encode_queries, prune
 from bm25aug.model.onnx_encoder import ONNX_DIR, export_source, load_encoder
 
 QUERIES = ["ALDH1 expression is associated with poorer prognosis in breast cancer",
@@ -57,6 +57,23 @@ def test_int8_batch_search_encodes_each_query_alone_unless_asked(checkpoint, tin
         batched.batch_search_arrays(queries, 5, 2)[0].lucene_ids.tolist()
     assert batched.term_lists(queries) == [batched.bm25.indexed(t) for t in encode_queries(fast, queries, progress=False,
                                                                                             batch_size=BATCH)]
+
+
+def test_threads_encode_exactly_as_one_thread(flat_model, tiny_wp, tmp_path):
+    """Export, eval and batch search encode on ``threads`` threads: the int8 flat encoder (its
+    Lucene analysis called from every thread) gives each query, over more than one window, the
+    terms ``encode`` gives it alone, on 1, 2 and 3 threads."""
+    from bm25aug.search.augmented import AugmentedSearcher
+
+    flat_model.save_pretrained(tmp_path / "flat")
+    fast = load_encoder(tmp_path / "flat", "onnx-int8")
+    queries = [f"{q} {i}" if i % 7 else q for i, q in enumerate(QUERIES * 50 + ["", "caf\u00e9 \U0001f600 cats"])]
+    assert len(queries) > WINDOW
+    alone = [prune(fast.encode(q)) for q in queries]
+    for threads in (1, 2, 3):
+        assert encode_queries(fast, queries, progress=False, threads=threads) == alone, threads
+    searcher = AugmentedSearcher.from_pretrained(tmp_path / "flat", tiny_wp[2])
+    assert searcher.term_lists(queries, 2) == searcher.term_lists(queries) == [searcher.term_list(q) for q in queries]
 
 
 def test_export_is_made_once_and_follows_the_weights(offline_model, tmp_path):

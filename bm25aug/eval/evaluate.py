@@ -206,7 +206,7 @@ def run_method(method: Method, config: EvalConfig, dataset, split, k: int, check
     lat = latency_ms(lambda q: searcher.search_arrays(q, k), texts)
     start = time.perf_counter()
     if isinstance(searcher, AugmentedSearcher):  # encoded once: searched, and described below
-        terms = searcher.term_lists(texts)
+        terms = searcher.term_lists(texts, config.threads)
         tops = searcher.bm25.batch_search_terms_arrays(terms, k, config.threads, desc="search")
     else:
         tops = searcher.batch_search_arrays(texts, k, config.threads, desc="search")

@@ -8,9 +8,11 @@ Both runtimes implement it: the torch ``QueryAugmenter`` (the reference) and the
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, TypeVar
 
 from bm25aug.errors import UserError
 from bm25aug.limits import check
@@ -18,6 +20,8 @@ from bm25aug.progress import progress as progress_bar
 
 if TYPE_CHECKING:
     from bm25aug.model.config import AugmenterConfig
+
+T, R = TypeVar("T"), TypeVar("R")
 
 
 class QueryEncoder(ABC):
@@ -56,26 +60,54 @@ WINDOW = 256  # queries sorted by length together, so that a batch pads little
 
 
 def encode_queries(encoder: QueryEncoder, queries: list[str], top_k: int | None = None, threshold: float = 0.0,
-                   progress: bool = True, batch_size: int | None = None) -> list[dict[str, float]]:
+                   progress: bool = True, batch_size: int | None = None, threads: int = 1) -> list[dict[str, float]]:
     """Each query's pruned term list, ``batch_size`` queries a pass (default: ``BATCH`` where the
     encoder is ``batch_exact``, else 1, so that every query gets the terms ``encode`` gives it).
     Each ``WINDOW`` queries from the first are sorted by length and cut into batches, so a query's
     neighbours depend only on its window (export and batch search, which searches in windows,
     encode alike). In int8 batches they move its weights within the bound
     ``tests/test_fast_encoder.py`` sets against fp32, and SciFact's nDCG@10 by -0.007 to +0.002
-    (docs/search.md)."""
+    (docs/search.md). A window's batches are encoded on ``threads`` threads (``map_threads``):
+    each batch is the same pass on any thread, so ``threads`` never changes a term list."""
     check("top_k", top_k)
     check("threshold", threshold)
+    check("threads", threads)
     batch = check("encode_batch_size", batch_size) or (BATCH if encoder.batch_exact else 1)
     if (bad := next((q for q in queries if not isinstance(q, str)), None)) is not None:
         raise UserError(f"a query is a {type(bad).__name__}, not a string; fix: pass query texts")
     lists: list[dict[str, float]] = [{} for _ in queries]
+
+    def encode(at: list[int]) -> list[dict[str, float]]:
+        return [prune(terms, top_k, threshold) for terms in encoder.encode_batch([queries[i] for i in at])]
+
     with progress_bar(total=len(queries), desc="augment queries", unit="q", disable=not progress) as bar:
         for start in range(0, len(queries), WINDOW):
             window = sorted(range(start, min(start + WINDOW, len(queries))), key=lambda i: len(queries[i]))
-            for b in range(0, len(window), batch):
-                at = window[b:b + batch]
-                for i, terms in zip(at, encoder.encode_batch([queries[i] for i in at])):
-                    lists[i] = prune(terms, top_k, threshold)
+            batches = [window[b:b + batch] for b in range(0, len(window), batch)]
+            for at, encoded in zip(batches, map_threads(encode, batches, threads)):
+                for i, terms in zip(at, encoded):
+                    lists[i] = terms
                 bar.update(len(at))
     return lists
+
+
+def map_threads(fn: Callable[[T], R], items: Iterable[T], threads: int) -> Iterator[R]:
+    """``map(fn, items)``, in order; with ``threads`` > 1 on that many threads of a pool kept for the
+    process. Worth it where ``fn`` spends its time outside the GIL: ONNX Runtime's ``run`` (most
+    of an int8 query's encoding) and the Rust tokenizer release it; the flat target's Lucene
+    analysis holds ``JNI_LOCK`` and the GIL (about a tenth of a query). An error or a Ctrl-C in
+    the caller cancels the items not started."""
+    return map(fn, items) if threads == 1 else _pool(threads).map(fn, items)
+
+
+_pools: dict[int, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """A pool of ``threads`` workers, made once per size: a thread that calls Java is attached to
+    the JVM for its life (pyjnius never detaches it), so threads made per call would leak."""
+    with _pools_lock:
+        if (pool := _pools.get(threads)) is None:
+            pool = _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix=f"bm25aug-encode{threads}")
+        return pool

@@ -14,12 +14,14 @@ from bm25aug.model.encoder import QueryEncoder, encode_queries
 
 
 def export_term_lists(model: QueryEncoder, queries: dict[str, str], path: str | Path, top_k: int | None = None,
-                      threshold: float = 0.0, batch_size: int | None = None) -> int:
-    """Write one weighted term list per query (atomically); returns the number written. The file
-    may not be, or lie inside, the folder the model was loaded from."""
+                      threshold: float = 0.0, batch_size: int | None = None, threads: int = 1) -> int:
+    """Write one weighted term list per query (atomically), encoded on ``threads`` threads (the
+    same lists on any number); returns the number written. The file may not be, or lie inside,
+    the folder the model was loaded from."""
     check_outputs({"the term-list file": path}, {"the model": model.path})
     qids = list(queries)
-    vectors = encode_queries(model, [queries[q] for q in qids], top_k=top_k, threshold=threshold, batch_size=batch_size)
+    vectors = encode_queries(model, [queries[q] for q in qids], top_k=top_k, threshold=threshold,
+                             batch_size=batch_size, threads=threads)
     write_jsonl(path, ({"id": q, "text": queries[q], "vector": v} for q, v in zip(qids, vectors)))
     return len(qids)
 
@@ -38,5 +40,5 @@ def run(args) -> None:
     split = dataset.split(dataset.spec.eval_split if args.split is None else args.split)
     model = load_encoder(checkpoint, args.runtime)
     n = export_term_lists(model, split.queries, args.output, top_k=args.top_k, threshold=args.threshold,
-                          batch_size=args.encode_batch_size)
+                          batch_size=args.encode_batch_size, threads=args.threads)
     print(f"wrote {n} weighted term lists to {args.output}")

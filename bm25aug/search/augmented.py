@@ -110,22 +110,24 @@ class AugmentedSearcher:
     def search(self, query: str, k: int = 1000) -> list[Hit]:
         return self.hits(self.search_arrays(query, k))
 
-    def term_lists(self, queries: list[str]) -> list[dict[str, float]]:
-        """``term_list`` for many queries (``encode_queries``, ``encode_batch_size`` a pass): the
-        same lists ``bm25aug export`` writes for this list of queries."""
+    def term_lists(self, queries: list[str], threads: int = 1) -> list[dict[str, float]]:
+        """``term_list`` for many queries (``encode_queries``, ``encode_batch_size`` a pass, on
+        ``threads`` threads): the same lists ``bm25aug export`` writes for this list of queries."""
         blank = [not check_query(q).strip() for q in queries]
         # Blank queries are encoded too (and then dropped), so that every query has the
         # neighbours it has in an export of the same list.
         encoded = encode_queries(self.encoder, list(queries), self.top_k, self.threshold, progress=False,
-                                 batch_size=self.encode_batch_size)
+                                 batch_size=self.encode_batch_size, threads=threads)
         return [{} if empty else self.bm25.indexed(terms) for empty, terms in zip(blank, encoded)]
 
     def batch_search_arrays(self, queries: list[str], k: int = 1000, threads: int = 1,
                             desc: str | None = None) -> list[TopK]:
-        """The fast path for many queries: a chunk is encoded while the one before searches on
-        ``threads`` Java threads (``bm25aug.search.batch``); any ``threads`` gives the same result,
-        and with the default ``encode_batch_size`` the same as ``search_arrays`` one by one."""
-        return search_chunks(self.bm25.index, WEIGHTED, lambda chunk: [terms_text(t) for t in self.term_lists(chunk)],
+        """The fast path for many queries: a chunk is encoded on ``threads`` Python threads while
+        the one before searches on ``threads`` Java threads (``bm25aug.search.batch``); any
+        ``threads`` gives the same result, and with the default ``encode_batch_size`` the same as
+        ``search_arrays`` one by one."""
+        return search_chunks(self.bm25.index, WEIGHTED,
+                             lambda chunk: [terms_text(t) for t in self.term_lists(chunk, threads)],
                              list(queries), k, threads, desc)
 
     def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, threads: int = 1) -> dict[str, list[Hit]]:
