@@ -99,11 +99,25 @@ def _augmented(index: Path, config: EvalConfig, checkpoint: Path | None):
                                              aug_gate=config.aug_gate)
 
 
+def _dense(index: Path, config: EvalConfig, checkpoint: Path | None):
+    from bm25aug.search.dense import DenseSearcher
+
+    return DenseSearcher(index)
+
+
+def _hybrid(index: Path, config: EvalConfig, checkpoint: Path | None):
+    from bm25aug.search.dense import HybridSearcher
+
+    return HybridSearcher(index, config.k1, config.b)
+
+
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("bm25-flat", "flat", _bm25("flat")),
     Method("bm25-wp", "wp", _bm25("wp")),
     Method("bm25-rm3", "flat", _expansion("rm3")),  # Pyserini's RM3, default parameters
     Method("bm25-rocchio", "flat", _expansion("rocchio")),  # Pyserini's Rocchio, default parameters
+    Method("dense", "flat", _dense),  # all-MiniLM-L6-v2, exact inner product (bm25aug.search.dense)
+    Method("hybrid", "flat", _hybrid),  # RRF of bm25-flat and dense
     Method("augmented", "target", _augmented, needs_checkpoint=True,
            companions=("bm25-flat", "bm25-wp", "bm25-rm3", "bm25-rocchio")),
 )}
@@ -224,6 +238,8 @@ def run_method(method: Method, config: EvalConfig, dataset, split, k: int, check
     if remove_query:
         run = drop_query_hits(run)
     metrics = evaluate_split(run, split, dataset.corpus)
+    if hasattr(searcher, "encode_seconds"):  # a dense method: the corpus was encoded first (once, cached)
+        extra["corpus_encode_s"] = searcher.encode_seconds
     metrics.update(latency_ms_p50=float(np.percentile(lat, 50)), latency_ms_p95=float(np.percentile(lat, 95)), qps=qps,
                    **extra)
     return metrics, run
@@ -310,7 +326,8 @@ def inputs(config: EvalConfig, run_file: str | Path | None = None) -> dict[str, 
 
 def format_table(results: dict[str, dict]) -> str:
     keys = [k for k in ("ndcg@10", "recall@100", "recall_cap@100", "mrr@10", "map", "acc@1", "acc@5", "acc@20",
-                        "acc@100", "latency_ms_p50", "latency_ms_p95", "qps", "aug_terms_mean", "added_precision_weight")
+                        "acc@100", "latency_ms_p50", "latency_ms_p95", "qps", "aug_terms_mean", "added_precision_weight",
+                        "corpus_encode_s")
             if any(k in m for m in results.values())]
     width = {k: max(15, len(k) + 2) for k in keys}
     header = f"{'method':<14}" + "".join(f"{k:>{width[k]}}" for k in keys)

@@ -302,7 +302,7 @@ def search_error(index_dir: str | Path, error: Exception) -> UserError:
     return damaged(index_dir, error)
 
 
-def _commit_key(index_dir: Path, reader) -> str:
+def commit_key(index_dir: Path, reader) -> str:
     """What an index's id table is derived from: its commit (the newest ``segments_N`` file,
     which names every segment by a random id, so a rebuild never has the same one)."""
     from jnius import cast
@@ -320,7 +320,7 @@ def read_docids(index_dir: Path, reader) -> np.ndarray:
     table = index_dir / DOCIDS_FILE
     with JNI_LOCK:
         n = int(reader.maxDoc())
-    key = _commit_key(index_dir, reader)
+    key = commit_key(index_dir, reader)
     if derived_ok(table, key):
         ids = table.read_text(encoding="utf-8").split("\n")[:-1]
         if len(ids) == n:
@@ -347,7 +347,7 @@ def write_docids(index_dir: Path) -> None:
     """Save the id table into a freshly built index (it is read on every open)."""
     reader = open_reader(index_dir)
     try:
-        _write_table(Path(index_dir), read_docids(index_dir, reader).tolist(), _commit_key(Path(index_dir), reader))
+        _write_table(Path(index_dir), read_docids(index_dir, reader).tolist(), commit_key(Path(index_dir), reader))
     finally:
         with JNI_LOCK:
             reader.close()

@@ -24,7 +24,8 @@ BENCH_DATA = {"speed": ROOT / "docs" / "data" / "speed.json", "scale": ROOT / "d
 BENCH_DATA["throughput"] = BENCH_DATA["speed"]  # the same runs, as ratios
 METRIC_NAMES = {"ndcg@10": "nDCG@10", "recall@100": "R@100", "mrr@10": "MRR@10", "acc@5": "Acc@5",
                 "acc@20": "Acc@20", "acc@100": "Acc@100", "aug_terms_mean": "added terms / query",
-                "added_precision_weight": "added precision (weight)", "latency_ms_p50": "p50 ms"}
+                "added_precision_weight": "added precision (weight)", "latency_ms_p50": "p50 ms",
+                "corpus_encode_s": "corpus encoding s"}
 _BLOCK = re.compile(r"<!-- (?P<kind>reproductions|bench):(?P<table>[\w-]+) -->\n(?:.*?\n)??<!-- /(?P=kind) -->", re.S)
 
 
@@ -62,6 +63,8 @@ def _cell(condition, metric: str) -> str:
     if metric not in values:
         return ""
     value = values[metric]
+    if metric == "corpus_encode_s":
+        return f"{value:,.0f}"
     return f"{value:.1f}" if metric in ("aug_terms_mean", "latency_ms_p50") else f"{value:.4f}"
 
 
