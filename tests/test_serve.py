@@ -351,33 +351,25 @@ def test_cli_errors_are_one_line(capsys):
 
 
 # ----------------------------------------------------------------------------------------- MCP
-def test_mcp_tools_over_stdio(scifact_flat, served_model, tmp_path):
-    """Each tool through the SDK's own stdio client; search equals the in-process searcher."""
+async def call_every_tool(read, write) -> tuple[set, dict, object]:
+    """Each tool once through an SDK ``ClientSession``, and one refused call."""
     from mcp.client.session import ClientSession
-    from mcp.client.stdio import StdioServerParameters, stdio_client
 
+    async with ClientSession(read, write) as session:
+        await session.initialize()
+        names = {tool.name for tool in (await session.list_tools()).tools}
+        calls = {"search": {"index": "scifact", "query": QUERIES[0], "hits": 5},
+                 "augment": {"index": "scifact", "query": QUERIES[0]},
+                 "get_document": {"index": "scifact", "docid": "4983"}, "list_indexes": {}}
+        results = {name: await session.call_tool(name, args) for name, args in calls.items()}
+        return names, results, await session.call_tool("search", {"index": "scifact", "query": " "})
+
+
+def check_tool_answers(answers, scifact_flat, served_model) -> None:
+    """Every tool answered; search equals the in-process searcher; the refused call is a tool error."""
     from bm25aug.search.augmented import AugmentedSearcher
 
-    params = StdioServerParameters(command=sys.executable, env=dict(os.environ),
-                                   args=["-m", "bm25aug.cli", "serve", "--mcp", "--index", f"scifact={scifact_flat}",
-                                         "--model", f"scifact={served_model}"])
-
-    async def run():
-        with open(tmp_path / "stderr.log", "w") as errlog:  # pytest's captured stderr has no file descriptor
-            return await session_calls(errlog)
-
-    async def session_calls(errlog):
-        async with stdio_client(params, errlog) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
-            names = {tool.name for tool in (await session.list_tools()).tools}
-            calls = {"search": {"index": "scifact", "query": QUERIES[0], "hits": 5},
-                     "augment": {"index": "scifact", "query": QUERIES[0]},
-                     "get_document": {"index": "scifact", "docid": "4983"}, "list_indexes": {}}
-            results = {name: await session.call_tool(name, args) for name, args in calls.items()}
-            bad = await session.call_tool("search", {"index": "scifact", "query": " "})
-            return names, results, bad
-
-    names, results, bad = asyncio.run(asyncio.wait_for(run(), 300))
+    names, results, bad = answers
     assert names == {"search", "augment", "get_document", "list_indexes"}
     data = {name: json.loads(result.content[0].text) for name, result in results.items()}
     assert not any(result.is_error for result in results.values())
@@ -386,3 +378,53 @@ def test_mcp_tools_over_stdio(scifact_flat, served_model, tmp_path):
     assert data["augment"]["terms"] and data["get_document"]["doc"]["id"] == "4983"
     assert [i["name"] for i in data["list_indexes"]["indexes"]] == ["scifact"]
     assert bad.is_error and "empty" in bad.content[0].text
+
+
+def mcp_args(scifact_flat, served_model) -> list[str]:
+    return ["serve", "--mcp", "--index", f"scifact={scifact_flat}", "--model", f"scifact={served_model}"]
+
+
+def test_mcp_tools_over_stdio(scifact_flat, served_model, tmp_path):
+    """Each tool through the SDK's own stdio client (the client starts the server)."""
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(command=sys.executable, env=dict(os.environ),
+                                   args=["-m", "bm25aug.cli", *mcp_args(scifact_flat, served_model)])
+
+    async def run():
+        with open(tmp_path / "stderr.log", "w") as errlog:  # pytest's captured stderr has no file descriptor
+            async with stdio_client(params, errlog) as (read, write):
+                return await call_every_tool(read, write)
+
+    check_tool_answers(asyncio.run(asyncio.wait_for(run(), 300)), scifact_flat, served_model)
+
+
+def test_mcp_tools_over_streamable_http(scifact_flat, served_model, tmp_path):
+    """The same tools through the SDK's streamable-HTTP client, on a loopback port."""
+    from mcp.client.streamable_http import streamable_http_client
+
+    port = free_port()
+    log = open(tmp_path / "server.log", "w")
+    server = subprocess.Popen([sys.executable, "-m", "bm25aug.cli", *mcp_args(scifact_flat, served_model),
+                               "--transport", "http", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while "MCP server on" not in (tmp_path / "server.log").read_text() or not _listening(port):
+            assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()
+            time.sleep(0.3)
+
+        async def run():
+            async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as streams:
+                return await call_every_tool(streams[0], streams[1])
+
+        check_tool_answers(asyncio.run(asyncio.wait_for(run(), 300)), scifact_flat, served_model)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(60) == 0
+        log.close()
+    assert "Traceback" not in (tmp_path / "server.log").read_text()
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
