@@ -153,3 +153,21 @@ def test_query_terms_are_never_truncated_by_the_model_tokenizer(tiny_wp, offline
     # Our untruncated tokenizing is a private copy: the backend the user's tokenizer shares keeps
     # their setting (switching it off there would race with their threads).
     assert offline_model.tokenizer.backend_tokenizer.truncation is not None
+
+
+def test_the_id_table_is_written_a_slice_at_a_time(tiny_wp, tmp_path, monkeypatch):
+    """A build streams its id table from the stored ids, a slice at a time (it never holds every
+    id): with slices of 3, the table and the ids searched by equal the index's own."""
+    import shutil
+
+    from bm25aug.lucene import reader as lucene_reader
+
+    _, _, flat = tiny_wp
+    copy = tmp_path / "tiny.flat"
+    shutil.copytree(flat, copy)
+    whole = (copy / lucene_reader.DOCIDS_FILE).read_text()
+    (copy / lucene_reader.DOCIDS_FILE).unlink()
+    monkeypatch.setattr(lucene_reader, "_ID_SLICE", 3)
+    lucene_reader.write_docids(copy)
+    assert (copy / lucene_reader.DOCIDS_FILE).read_text() == whole and len(whole.splitlines()) > 3
+    assert BM25Searcher(copy).docids.tolist() == whole.splitlines()

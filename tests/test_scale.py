@@ -111,3 +111,21 @@ def test_dpr_negatives_need_dpr_hard_negatives(tiny_wp, tmp_path):
     with pytest.raises(UserError, match="--negatives bm25"):
         Trainer(TrainConfig(dataset="tiny", output_dir=str(tmp_path / "x"), epochs=1, batch_size=4, dev_size=2,
                             threads=1, target="wp", negatives="dpr"), ds, wp)
+
+
+def test_corpus_table_packed_in_chunks_reads_as_one(tmp_path, monkeypatch):
+    """The offset table is packed into numpy every ``_CHUNK`` lines, so a scan holds few Python
+    objects whatever the corpus size; chunks with ids of other widths, and a repeated id in
+    another chunk than its first line, read back as one table."""
+    from bm25aug.data import corpus as corpus_module
+
+    path = tmp_path / "corpus.jsonl"
+    rows = [("a", "first"), ("bb", "x"), ("c" * 12, "long id"), ("a", "impostor"), ("", None), ("d", "last")]
+    path.write_text("".join(json.dumps({"_id": i, "title": "", "text": t}) + "\n" if t else "\n" for i, t in rows))
+    whole = corpus_module.Corpus(path, "beir")
+    monkeypatch.setattr(corpus_module, "_CHUNK", 2)
+    chunked = corpus_module.Corpus(path, "beir")
+    for name in ("_offsets", "_lines_of", "_sorted_ids", "_sorted_lines", "_keep"):
+        assert getattr(chunked, name).tolist() == getattr(whole, name).tolist(), name
+    assert len(chunked) == 4 and chunked["a"].text == "first" and chunked["c" * 12].text == "long id"
+    assert [d for d, _ in chunked.items()] == ["a", "bb", "c" * 12, "d"] and chunked.has(["d", "e"]).tolist() == [True, False]

@@ -30,7 +30,7 @@ from bm25aug.limits import check_text, run_id_ok
 from bm25aug.progress import progress
 
 log = logging.getLogger(__name__)
-_CHUNK = 1 << 20  # ids gathered as Python objects before they are packed into numpy
+_CHUNK = 1 << 16  # lines gathered as Python objects before they are packed into numpy
 
 
 @dataclass
@@ -101,18 +101,25 @@ class Corpus(Mapping):
         self.path, self.parse = Path(path), PARSERS[layout]
         self.header = layout == "dpr"  # DPR's passages start with "id<TAB>text<TAB>title"
         ids, offsets, lines = [], [], []
-        packed: list[np.ndarray] = []
+        packed: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+        def pack() -> None:
+            packed.append((np.asarray(ids, dtype=bytes), np.asarray(offsets, np.int64), np.asarray(lines, np.int64)))
+            for gathered in (ids, offsets, lines):
+                gathered.clear()
+
         for lineno, offset, line in self._lines(desc=f"scan {self.path.name}"):
             ids.append(_checked(*self.parse(line, f"{self.path}:{lineno}"), line, f"{self.path}:{lineno}"))
             offsets.append(offset)
             lines.append(lineno)
             if len(ids) == _CHUNK:
-                packed.append(np.asarray(ids, dtype=bytes))
-                ids = []
-        packed.append(np.asarray(ids, dtype=bytes))
-        width = max(a.dtype.itemsize for a in packed)
-        all_ids = np.concatenate([a.astype(f"S{width}") for a in packed])
-        self._offsets, self._lines_of = np.asarray(offsets, np.int64), np.asarray(lines, np.int64)
+                pack()
+        pack()
+        width = max(a.dtype.itemsize for a, _, _ in packed)
+        all_ids = np.concatenate([a.astype(f"S{width}") for a, _, _ in packed])
+        self._offsets = np.concatenate([o for _, o, _ in packed])
+        self._lines_of = np.concatenate([n for _, _, n in packed])
+        del packed
         order = np.argsort(all_ids, kind="stable")  # equal ids: file order, so the first line wins
         sorted_ids = all_ids[order]
         first = np.ones(len(order), bool)

@@ -41,7 +41,9 @@ INDEX_ROOT = Path(os.environ.get("BM25AUG_INDEX_ROOT", "indexes"))
 META_FILE = "meta.json"
 # Lucene's indexing RAM buffer (Anserini's default is 4 GB): flushed as a segment when full, so a
 # build's memory stays bounded whatever the corpus size; -optimize merges the segments at the end.
-MEMORY_BUFFER_MB = 1024
+# 256 MB: a flat build of 1M passages buffered about 250 MB under the former 1 GB; more only grows
+# the heap (under the JVM's -Xmx2g, bm25aug.lucene.jvm) of larger corpora, whose segments are merged anyway.
+MEMORY_BUFFER_MB = 256
 
 
 @dataclass

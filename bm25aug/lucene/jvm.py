@@ -94,7 +94,12 @@ def _start_jvm() -> None:
         jnius_config.add_classpath(anserini_jar())
         # -Xrs: the JVM installs no SIGINT/SIGTERM handlers of its own (they exited the process at
         # once, with no message and no cleanup), so both reach Python (bm25aug.interrupts).
-        jnius_config.add_options("-Xrs", "-Xms256m", "-Xmx8g", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+        # -Xmx2g: G1 grows the heap whenever collecting takes over its time goal, a goal it scales
+        # down (to 1%) while the heap is under half of -Xmx. Under -Xmx8g an index build's heap
+        # grew with its length, to 1 GB for 1M passages holding 250 MB; under 2g, 440 MB. The
+        # heap holds little else: search hits, term lists, Lucene's indexing buffer
+        # (lucene.index.MEMORY_BUFFER_MB); the index itself is mapped, outside it.
+        jnius_config.add_options("-Xrs", "-Xms256m", "-Xmx2g", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
     import jnius  # noqa: F401  (importing jnius starts the VM)
 
     # Augmented queries can have many clauses; Lucene's default cap is 1024.

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
 
 from bm25aug.errors import UserError
-from bm25aug.io import atomic_write_text, derived_ok, digest, record_derived, source_key
+from bm25aug.io import atomic_open, derived_ok, digest, record_derived, source_key
 from bm25aug.lucene.jvm import JNI_LOCK, jclass, process_wide
 from bm25aug.limits import check
 from bm25aug.lucene.ranking import EMPTY, PAIRS, TopK, anserini_top
@@ -325,29 +326,56 @@ def read_docids(index_dir: Path, reader) -> np.ndarray:
         ids = table.read_text(encoding="utf-8").split("\n")[:-1]
         if len(ids) == n:
             return np.asarray(ids, dtype=str)
-    with JNI_LOCK:
-        stored = reader.storedFields()
-        ids = [stored.document(i).get(ID_FIELD) for i in range(n)]
-    if any(i is None for i in ids):
-        raise UserError(f"{index_dir} has documents without a stored '{ID_FIELD}' field; "
-                        f"fix: index with Anserini/Pyserini's default document generator")
+    ids = [docid for part in _stored_ids(index_dir, reader, n) for docid in part]
     if table.exists() and os.access(index_dir, os.W_OK):
-        _write_table(index_dir, ids, key)
+        _write_table(index_dir, [ids], key)
     return np.asarray(ids, dtype=str)
 
 
-def _write_table(index_dir: Path, ids, key: str) -> None:
-    if any("\n" in d for d in ids):
-        return  # not representable one per line; read from the index on open instead
-    atomic_write_text(index_dir / DOCIDS_FILE, "".join(f"{d}\n" for d in ids))
+_ID_SLICE = 1 << 16  # stored ids read (under JNI_LOCK) and written at a time
+
+
+def _stored_ids(index_dir: Path, reader, n: int) -> Iterator[list[str]]:
+    """The stored ``id`` of Lucene docs 0 to n - 1, a slice at a time, so that a build writes its
+    table without holding every id (NQ's 21M as Python strings and one joined text: ~3 GB)."""
+    with JNI_LOCK:
+        stored = reader.storedFields()
+    for start in range(0, n, _ID_SLICE):
+        with JNI_LOCK:
+            ids = [stored.document(i).get(ID_FIELD) for i in range(start, min(start + _ID_SLICE, n))]
+        if any(i is None for i in ids):
+            raise UserError(f"{index_dir} has documents without a stored '{ID_FIELD}' field; "
+                            f"fix: index with Anserini/Pyserini's default document generator")
+        yield ids
+
+
+class _NotOneALine(Exception):
+    """An id holds a newline, so the table cannot hold one id a line."""
+
+
+def _write_table(index_dir: Path, parts: Iterable[list[str]], key: str) -> None:
+    """``docids.txt`` and its record, written a slice of ids at a time; none when an id holds a
+    newline (the ids are then read from the index on open)."""
+    try:
+        with atomic_open(index_dir / DOCIDS_FILE, "w") as f:
+            for ids in parts:
+                if any("\n" in d for d in ids):
+                    raise _NotOneALine
+                f.write("".join(f"{d}\n" for d in ids))
+    except _NotOneALine:
+        return
     record_derived(index_dir / DOCIDS_FILE, key)
 
 
 def write_docids(index_dir: Path) -> None:
-    """Save the id table into a freshly built index (it is read on every open)."""
+    """Save the id table into a freshly built index (it is read on every open), streamed from
+    the stored ids."""
+    index_dir = Path(index_dir)
     reader = open_reader(index_dir)
     try:
-        _write_table(Path(index_dir), read_docids(index_dir, reader).tolist(), commit_key(Path(index_dir), reader))
+        with JNI_LOCK:
+            n = int(reader.maxDoc())
+        _write_table(index_dir, _stored_ids(index_dir, reader, n), commit_key(index_dir, reader))
     finally:
         with JNI_LOCK:
             reader.close()
