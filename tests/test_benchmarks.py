@@ -22,3 +22,38 @@ def test_extrapolation_fits_a_line_through_every_size_and_never_prints_a_negativ
     assert "flat build 0.6 h" in line  # 1e-4 s a passage: 2,104 s at 21M
     assert "augmented p50 not extrapolated" in line and not re.search(r"-\d", line)
     assert "no extrapolation" in scale.extrapolate(rows[1:])  # two points are not a line to trust
+
+
+def test_the_load_client_counts_every_non_200_and_every_request():
+    """bench_serve's keep-alive client against a loopback server that answers 503 to every third
+    request: QPS over all requests, each 503 an error, the bodies read whole (keep-alive holds)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen, lock = [], threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as the client expects
+
+        def do_GET(self):
+            with lock:  # the server's threads answer at once: count each request exactly once
+                seen.append(self.path)
+                n = len(seen)
+            body = b'{"candidates": []}' * (1 + n % 5)
+            self.send_response(503 if n % 3 == 0 else 200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        paths = [f"/q{i}" for i in range(30)]
+        result = _load("bench_serve").client(f"http://127.0.0.1:{server.server_address[1]}", paths, 4)
+    finally:
+        server.shutdown()
+    assert sorted(seen) == sorted(paths) and result["requests"] == 30 and result["errors"] == 10
+    assert result["qps"] > 0 and 0 < result["p50_ms"] <= result["p99_ms"]
