@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +35,7 @@ from bm25aug.lucene.ranking import EMPTY, PAIRS, TopK, anserini_top
 
 FIELD = "contents"
 ID_FIELD = "id"
+RAW_FIELD = "raw"  # the document as Anserini stored it (-storeRaw): what the server returns with hits
 DOCIDS_FILE = "docids.txt"
 K1, B = 0.9, 0.4  # BM25 as Anserini's BEIR regressions run it: the default everywhere
 ANALYZED, WEIGHTED = "analyzed", "weighted"  # query texts: Anserini's bag of words, or term^boost clauses
@@ -332,17 +333,26 @@ def read_docids(index_dir: Path, reader) -> np.ndarray:
     return np.asarray(ids, dtype=str)
 
 
-_ID_SLICE = 1 << 16  # stored ids read (under JNI_LOCK) and written at a time
+_ID_SLICE = 1 << 16  # stored ids read and written at a time
+
+
+def stored_values(reader, numbers: Sequence[int], field: str) -> list[str | None]:
+    """The stored ``field`` of each Lucene doc number (None where the document stores none). The
+    lock is taken per document, so a long read never stalls another thread's Java calls."""
+    with JNI_LOCK:  # pyjnius calls on shared classes (this module's docstring)
+        stored = reader.storedFields()
+    values = []
+    for n in numbers:
+        with JNI_LOCK:
+            values.append(stored.document(int(n)).get(field))
+    return values
 
 
 def _stored_ids(index_dir: Path, reader, n: int) -> Iterator[list[str]]:
     """The stored ``id`` of Lucene docs 0 to n - 1, a slice at a time, so that a build writes its
     table without holding every id (NQ's 21M as Python strings and one joined text: ~3 GB)."""
-    with JNI_LOCK:
-        stored = reader.storedFields()
     for start in range(0, n, _ID_SLICE):
-        with JNI_LOCK:
-            ids = [stored.document(i).get(ID_FIELD) for i in range(start, min(start + _ID_SLICE, n))]
+        ids = stored_values(reader, range(start, min(start + _ID_SLICE, n)), ID_FIELD)
         if any(i is None for i in ids):
             raise UserError(f"{index_dir} has documents without a stored '{ID_FIELD}' field; "
                             f"fix: index with Anserini/Pyserini's default document generator")

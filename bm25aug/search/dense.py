@@ -24,6 +24,7 @@ import numpy as np
 from bm25aug.io import CACHE_ROOT, atomic_dir, derived_ok, digest, record_derived, source_key
 from bm25aug.limits import check, check_query
 from bm25aug.lucene.ranking import EMPTY, TopK
+from bm25aug.lucene.reader import LuceneIndex
 from bm25aug.progress import progress
 
 log = logging.getLogger(__name__)
@@ -70,8 +71,7 @@ class DenseEncoder:
 def corpus_embeddings(index, encoder: DenseEncoder) -> tuple[np.ndarray, float]:
     """The embeddings of every document of ``index`` (a ``LuceneIndex``) and the seconds that
     encoding took, from the cache when made before from the same index and weights."""
-    from bm25aug.lucene.documents import raw_documents
-    from bm25aug.lucene.reader import commit_key
+    from bm25aug.lucene.reader import RAW_FIELD, commit_key, stored_values
 
     key = source_key("dense", RECIPE, commit_key(index.path, index.reader), encoder.weights_digest)
     folder = CACHE_ROOT / "dense" / key
@@ -83,7 +83,7 @@ def corpus_embeddings(index, encoder: DenseEncoder) -> tuple[np.ndarray, float]:
     with progress(total=index.num_docs, desc="dense: encode corpus", unit="doc") as bar:
         for at in range(0, index.num_docs, CORPUS_BATCH):
             numbers = range(at, min(at + CORPUS_BATCH, index.num_docs))
-            rows.append(encoder.encode([_contents(raw) for raw in raw_documents(index, numbers)]))
+            rows.append(encoder.encode([_contents(raw) for raw in stored_values(index.reader, numbers, RAW_FIELD)]))
             bar.update(len(numbers))
     embeddings = np.concatenate(rows) if rows else np.zeros((0, 384), np.float32)
     seconds = time.perf_counter() - start
@@ -118,10 +118,8 @@ def _top(scores: np.ndarray, k: int) -> TopK:
 class DenseSearcher:
     """Exact inner-product search over an index's documents; hits as ``BM25Searcher``'s."""
 
-    def __init__(self, index_dir: str | Path, encoder: DenseEncoder | None = None):
-        from bm25aug.lucene.reader import LuceneIndex
-
-        self.index = LuceneIndex(index_dir)
+    def __init__(self, index: str | Path | LuceneIndex, encoder: DenseEncoder | None = None):
+        self.index = index if isinstance(index, LuceneIndex) else LuceneIndex(index)
         self.encoder = encoder or DenseEncoder()
         self.embeddings, self.encode_seconds = corpus_embeddings(self.index, self.encoder)
 
@@ -161,7 +159,7 @@ class HybridSearcher:
         from bm25aug.search.bm25 import BM25Searcher
 
         self.bm25 = BM25Searcher(index_dir, k1, b, flavor="flat")
-        self.dense = DenseSearcher(index_dir)
+        self.dense = DenseSearcher(self.bm25.index)  # the same open index: its rows are BM25's doc numbers
         self.depth, self.encode_seconds = depth, self.dense.encode_seconds
 
     @property
@@ -171,12 +169,14 @@ class HybridSearcher:
     def hits(self, top: TopK):
         return self.bm25.hits(top)
 
-    def fuse(self, sparse: TopK, dense: TopK, k: int) -> TopK:
-        scores = np.zeros(self.bm25.num_docs, np.float64)
-        for top in (sparse, dense):
-            scores[top.lucene_ids] += 1.0 / (RRF_K + np.arange(1, len(top.lucene_ids) + 1))
-        found = np.flatnonzero(scores)
-        top = _top(scores[found], k)
+    @staticmethod
+    def fuse(sparse: TopK, dense: TopK, k: int) -> TopK:
+        """The fused top k over the two lists' documents alone (no array the size of the corpus
+        per query); equal scores in Lucene doc order."""
+        ids = np.concatenate([sparse.lucene_ids, dense.lucene_ids]).astype(np.int64)
+        contributions = np.concatenate([1.0 / (RRF_K + np.arange(1, len(t.lucene_ids) + 1)) for t in (sparse, dense)])
+        found, where = np.unique(ids, return_inverse=True)
+        top = _top(np.bincount(where, weights=contributions, minlength=len(found)), k)
         return TopK(found[top.lucene_ids], top.scores)
 
     def search_arrays(self, query: str, k: int = 1000) -> TopK:

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from bm25aug.errors import UserError
-from bm25aug.lucene.documents import raw_documents
+from bm25aug.limits import check_text
 from bm25aug.lucene.ranking import TopK
+from bm25aug.lucene.reader import RAW_FIELD, stored_values
 from bm25aug.serve.batcher import MicroBatcher, Overloaded
 from bm25aug.serve.config import IndexSpec, ServeConfig
 
@@ -74,7 +75,7 @@ class Backend:
                     out[n] = self._docs[n]
         missing = [int(n) for n in numbers if int(n) not in out]
         if missing:
-            fetched = dict(zip(missing, raw_documents(self.bm25.index, missing)))
+            fetched = dict(zip(missing, stored_values(self.bm25.index.reader, missing, RAW_FIELD)))
             out.update(fetched)
             with self._docs_lock:
                 self._docs.update(fetched)
@@ -162,10 +163,9 @@ class SearchService:
             raise ServeError(400, f"the query has {len(query):,} characters, over this server's limit of "
                                   f"{self.config.max_query_chars:,}; fix: shorten it")
         try:
-            query.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ServeError(400, "the query holds a lone surrogate, which is not valid Unicode; fix: remove it") from None
-        return query
+            return check_text(query, "the query")
+        except UserError as e:
+            raise ServeError(400, str(e)) from None
 
     def check_hits(self, hits) -> int:
         """An integer from 1 to ``max_hits``."""
