@@ -160,7 +160,7 @@ def step_train(folder: Path, steps: int) -> dict:
     for batch in batches[1:]:
         trainer.training_step(batch, rng)
     return {"train_setup_s": setup, "step_s": (time.perf_counter() - start) / steps,
-            "train_rows_read": trainer.bm25.rows_read}
+            "train_rows_read": trainer.corpora[0].bm25.rows_read}
 
 
 def step_search(folder: Path, checkpoint: Path) -> dict:

@@ -63,7 +63,8 @@ def _train_parser(sub) -> None:
     from bm25aug.train.arguments import add_arguments
 
     p = sub.add_parser("train", help="train a query augmenter (see train.py)")
-    p.add_argument("--dataset", required=True)
+    p.add_argument("--dataset", nargs="+", help="one dataset, or several to train one model on all of them "
+                                                "(default: the datasets --recipe names)")
     add_arguments(p)  # one flag per TrainConfig setting, help from the dataclass
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output-dir")
     _data_args(p, threads=False)

@@ -81,6 +81,7 @@ RANGES: dict[str, Range] = {
     "flops": Range(0, None, note="0: off"),
     "significance": Range(0, 1, high_open=True, note="0: off; e.g. 0.05"),
     "gate_quantile": Range(0, 1, note="0: no gate"),
+    "corpus_temperature": Range(0.01, 1000, note="1: corpora in proportion to their size; higher: towards uniform"),
     "hard_negatives": Range(0, None, integer=True),
     "random_negatives": Range(0, None, integer=True),
     "pseudo_queries": Range(0, None, integer=True),

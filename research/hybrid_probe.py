@@ -56,20 +56,22 @@ class HybridTrainer(Trainer):
 
     def __init__(self, config: TrainConfig, dataset, index: Path):
         super().__init__(config, dataset, index)
-        self.fields = Fields(self.bm25, dataset, self.model.tokenizer, self.bm25.params)
+        flat = self.corpora[0].bm25
+        self.fields = Fields(flat, dataset, self.model.tokenizer, flat.params)
         wp_target = make_target(self.model.tokenizer, AugmenterConfig(target="wp"))
         l1 = DfWeightedL1(wp_target.columns(self.fields.wp).vocab_df(self.fields.wp.df), self.fields.wp.num_docs,
                           config.uniform_l1, config.penalty_floor)
-        self.loss = AugmentationLoss(l1, config.lam)
+        self.corpora[0].loss = AugmentationLoss(l1, config.lam)
 
-    def compute_loss(self, qb, w, a, rows, mask, relevant=None):
-        flat_boosts = self.target.boosts(qb, w, torch.zeros_like(a), self.cmap)
+    def compute_loss(self, corpus, qb, w, a, rows, mask, relevant=None):
+        flat_boosts = self.target.boosts(qb, w, torch.zeros_like(a), corpus.cmap)
         scores = self.fields.scores(flat_boosts, a, rows)
-        return self.loss(a, scores, torch.arange(len(qb.terms), device=self.device), mask)
+        return corpus.loss(a, scores, torch.arange(len(qb.terms), device=self.device), mask)
 
     @torch.no_grad()
     def evaluate_dev(self, baseline: bool = False) -> dict:
-        got = evaluate(self.model, self.fields, self.target, self.cmap, self.dev, self.dataset, gated=False,
+        source = self.corpora[0]
+        got = evaluate(self.model, self.fields, self.target, source.cmap, source.dev, source.dataset, gated=False,
                        baseline=baseline)
         return {"dev_metric": got["ndcg@10"], "dev_metric_name": "ndcg@10", "dev_aug_terms": got["added_terms"]}
 
@@ -122,14 +124,14 @@ def main() -> None:
     best = QueryAugmenter.from_pretrained(out / args.source / "best")  # with its calibrated gate
     best_epoch = max(history[1:], key=lambda h: h["dev_metric"])
     transfer = load_dataset(args.transfer)
-    params = trainer.bm25.params
+    params = trainer.corpora[0].bm25.params
     fields = Fields(TorchBM25(ensure_index(transfer, "flat"), None, params), transfer, best.tokenizer, params)
     cmap = best.target.columns(fields.flat)
     split = transfer.split(args.transfer_split)
     result = {"source": args.source, "seed": args.seed, "source_dev_bm25": history[0]["dev_metric"],
               "source_dev": best_epoch["dev_metric"], "source_dev_terms_ungated": best_epoch["dev_aug_terms"],
               "gate": best.config.aug_gate,
-              "source_dev_gated": evaluate(best, trainer.fields, best.target, trainer.cmap, trainer.dev, source, gated=True),
+              "source_dev_gated": evaluate(best, trainer.fields, best.target, trainer.corpora[0].cmap, trainer.corpora[0].dev, source, gated=True),
               "transfer": args.transfer, "transfer_split": args.transfer_split,
               "transfer_bm25_flat": evaluate(best, fields, best.target, cmap, split, transfer, gated=False, baseline=True),
               "transfer_gated": evaluate(best, fields, best.target, cmap, split, transfer, gated=True),

@@ -17,7 +17,7 @@ from bm25aug.train.arguments import TrainConfig, default, from_args, saved_value
 
 def _train(*argv: str) -> TrainConfig:
     args = build_parser().parse_args(["train", *argv])
-    return from_args(args, args.dataset, Path("checkpoints"))
+    return from_args(args, "+".join(args.dataset), Path("checkpoints"))
 
 
 def test_the_command_line_without_flags_is_the_dataclass():

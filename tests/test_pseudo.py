@@ -53,8 +53,8 @@ def test_training_with_pseudo_queries(tiny_wp, tmp_path):
     assert pseudo and all(len(e.positives) == 1 for e in pseudo)
     assert len(trainer.train()["history"]) == 2
     assert all(e.positives[0] < 0 for e in pseudo)  # the held-out rows (the sentence taken out)
-    docs = trainer.bm25.rows([e.qid.removeprefix(PREFIX) for e in pseudo])
-    assert all(doc in trainer.qrels_rows[e.qid] for e, doc in zip(pseudo, docs))  # never its own negative
+    docs = trainer.corpora[0].bm25.rows([e.qid.removeprefix(PREFIX) for e in pseudo])
+    assert all(doc in trainer.corpora[0].qrels_rows[e.qid] for e, doc in zip(pseudo, docs))  # never its own negative
 
 
 HELD_OUT = "Mitochondria power every living cell, and cells need power."

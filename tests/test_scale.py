@@ -72,7 +72,7 @@ def test_both_negative_sources_train(dpr_set, tmp_path, negatives):
     ds, wp = dpr_set
     out = tmp_path / negatives
     trainer = Trainer(config(out, negatives=negatives), ds, wp)
-    mined = json.loads((out / "hard_negatives.json").read_text())
+    mined = json.loads((out / f"hard_negatives.{ds.name}.json").read_text())
     if negatives == "dpr":
         assert all(ids == ds.split("train").negatives[q][:3] for q, ids in mined.items())
     assert trainer.train()["best_dev_metric"] >= 0
@@ -89,11 +89,11 @@ def test_training_and_evaluation_read_only_what_they_need(dpr_set, tmp_path, mon
     monkeypatch.setattr(Corpus, "__getitem__", lambda self, docid: fetched.append(docid) or original(self, docid))
     trainer = Trainer(config(tmp_path / "reads"), ds, wp)
     touched = {r for e in trainer.examples for r in (*e.positives, *e.negatives)}
-    assert trainer.bm25.rows_read == len(touched) < 40  # of 606 passages
+    assert trainer.corpora[0].bm25.rows_read == len(touched) < 40  # of 606 passages
     trainer.train()
     # Mining filters at most depth + 20 hits per query by answer; the dev evaluation reads hits until an answer.
     assert 0 < len(fetched) <= 6 * 23 + 2 * 100 and len(set(fetched)) < len(ds.corpus) // 3
-    assert trainer.bm25.rows_read <= len(touched) + 2  # random negatives are read only when drawn
+    assert trainer.corpora[0].bm25.rows_read <= len(touched) + 2  # random negatives are read only when drawn
 
 
 def test_device_choice():

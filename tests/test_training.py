@@ -102,14 +102,14 @@ def test_off_positive_penalty_charges_terms_outside_the_relevant_documents(tiny_
     ds, _, flat = tiny_wp
     trainer = Trainer(tiny_config(tmp_path / "r", target="flat", weight_floor=1.0, off_positive_penalty=1.0), ds, flat)
     batch = trainer.examples[:3]
-    relevant = trainer._relevant(batch)
+    relevant = trainer._relevant(trainer.corpora[0], batch)
     fmap = trainer.target.map
     for example, row in zip(batch, relevant):
         judged = [d for d, g in ds.split("train").qrels[example.qid].items() if g > 0]
         found = set().union(*(analyze(ds.corpus[d].contents) for d in judged))
         expected = {int(v) for v, t in zip(fmap.vocab_ids, fmap.term_ids) if fmap.terms[t] in found}
         assert set(torch.nonzero(row).flatten().tolist()) == expected and expected
-    loss, vocab = trainer.loss, trainer.model.tokenizer.get_vocab()
+    loss, vocab = trainer.corpora[0].loss, trainer.model.tokenizer.get_vocab()
     inside = int(torch.nonzero(relevant[0])[0])
     outside = vocab["galaxies"] if not relevant[0, vocab["galaxies"]] else vocab["sparrows"]
     scores, targets, mask = torch.zeros(1, 1), torch.zeros(1, dtype=torch.long), torch.zeros(1, 1, dtype=torch.bool)
@@ -145,7 +145,7 @@ def test_flops_charges_one_word_proposed_for_every_query_more_than_distinct_word
     import torch
 
     ds, _, flat = tiny_wp
-    loss = Trainer(tiny_config(tmp_path / "f", target="flat", weight_floor=1.0, flops=1.0), ds, flat).loss
+    loss = Trainer(tiny_config(tmp_path / "f", target="flat", weight_floor=1.0, flops=1.0), ds, flat).corpora[0].loss
     vocab = len(loss.penalty)
     scores, targets, mask = torch.zeros(4, 4), torch.arange(4), torch.zeros(4, 4, dtype=torch.bool)
     shared, distinct = torch.zeros(4, vocab), torch.zeros(4, vocab)
@@ -255,12 +255,12 @@ def test_random_negatives_price_added_words_found_outside_the_batch(tiny_wp, tmp
     rows, mask = seen["rows"], seen["mask"]
     assert len(rows) == 2 + 2 + 8 and sorted(rows[4:]) == list(range(8))  # all 8 documents, once each
     for i, example in enumerate(batch):
-        drawn = [j for j in range(4, len(rows)) if rows[j] in trainer.qrels_rows[example.qid]]
+        drawn = [j for j in range(4, len(rows)) if rows[j] in trainer.corpora[0].qrels_rows[example.qid]]
         assert drawn and all(mask[i, j] for j in drawn)
 
     example = batch[0]
     doc, word = ("d7", "sparrows") if example.qid == "q6" else ("d6", "galaxies")  # not the query's positive
-    holder = trainer.bm25.rows([doc])
+    holder = trainer.corpora[0].bm25.rows([doc])
     others = [r for r in range(8) if r not in example.positives + holder]
     vocab = trainer.model.tokenizer.get_vocab()
     qb = trainer.target.batch([example.query])
@@ -270,9 +270,9 @@ def test_random_negatives_price_added_words_found_outside_the_batch(tiny_wp, tmp
         a = torch.zeros(1, len(vocab))
         a[0, vocab[word]] = 0.5
         a.requires_grad_(True)
-        boosts = trainer.target.boosts(qb, torch.ones(1, qb.input_ids.shape[1]), a, trainer.cmap)
-        scores = trainer.bm25.score(boosts, example.positives[:1] + rows)
-        trainer.loss(a, scores, torch.zeros(1, dtype=torch.long), torch.zeros_like(scores, dtype=torch.bool))[
+        boosts = trainer.target.boosts(qb, torch.ones(1, qb.input_ids.shape[1]), a, trainer.corpora[0].cmap)
+        scores = trainer.corpora[0].bm25.score(boosts, example.positives[:1] + rows)
+        trainer.corpora[0].loss(a, scores, torch.zeros(1, dtype=torch.long), torch.zeros_like(scores, dtype=torch.bool))[
             "loss"].backward()
         return float(a.grad[0, vocab[word]])
 
@@ -305,7 +305,7 @@ def test_random_draws_are_the_same_documents_whatever_order_the_index_was_built_
 
         trainer.compute_loss = spy
         trainer.training_step(trainer.examples[:2], random.Random(0))
-        drawn.append((list(trainer.bm25.docids), [trainer.bm25.docids[r] for r in seen["rows"]]))
+        drawn.append((list(trainer.corpora[0].bm25.docids), [trainer.corpora[0].bm25.docids[r] for r in seen["rows"]]))
     (numbering_a, docs_a), (numbering_b, docs_b) = drawn
     assert numbering_a != numbering_b  # the two builds do number the documents differently
     assert docs_a == docs_b

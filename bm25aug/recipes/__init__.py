@@ -1,4 +1,5 @@
-"""Named training recipes, as data: ``<name>.yaml`` holds a description and the settings it changes.
+"""Named training recipes, as data: ``<name>.yaml`` holds a description and the settings it changes
+(and, for a model trained on several corpora, the ``datasets`` it trains on).
 
 ``python train.py --dataset X`` starts from ``TrainConfig``'s defaults (the small-set preset, tuned
 on SciFact's train slice), applies the recipe named after the dataset when there is one, then
@@ -41,6 +42,11 @@ def settings(name: str) -> dict:
 
 def description(name: str) -> str:
     return " ".join(str(_read(name)["description"]).split())
+
+
+def datasets(name: str) -> list[str]:
+    """The training datasets recipe ``name`` names (``datasets:``, for multi-corpus recipes), if any."""
+    return [str(d) for d in _read(name).get("datasets") or []]
 
 
 def for_dataset(dataset: str) -> str | None:

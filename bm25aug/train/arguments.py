@@ -67,6 +67,9 @@ class TrainConfig:
     use_augmentation: bool = arg(_MODEL.use_augmentation, "ablation: a ≡ 0 (reweighting only)",
                                  flag="--no-augmentation")
     bag_of_words: bool = arg(False, "ablation: score with bow(d), no idf or tf saturation", flag="--bag-of-words")
+    corpus_temperature: float = arg(1.0, "several training corpora: each batch is one corpus's, drawn with "
+                                         "probability proportional to its size ** (1 / T); 1 takes every example "
+                                         "once an epoch, higher flattens towards uniform")
     hard_negatives: int = arg(1, "mined hard negatives per query per step")
     random_negatives: int = arg(0, "documents drawn from the whole corpus per step, shared by the batch as "
                                    "negatives (else an added word found in no batch document costs nothing)")

@@ -188,8 +188,9 @@ class ModelCard(TrainerCallback):
         top = max(history[1:], key=lambda h: h["dev_metric"], default=history[0])
         how = json.loads((trainer.out / "dev_split.json").read_text())["how"]
         write_card(best, card_text(AugmenterConfig.load(best), trainer.model.encoder.config.num_hidden_layers, {
-            "dataset": trainer.dataset.name, "examples": len(trainer.examples), "finished": finished_now(),
-            "dev_how": how, "dev_queries": len(trainer.dev.queries), "metric": history[0]["dev_metric_name"],
+            "dataset": trainer.name, "examples": len(trainer.examples), "finished": finished_now(),
+            "dev_how": how, "dev_queries": sum(len(c.dev.queries) for c in trainer.corpora),
+            "metric": history[0]["dev_metric_name"],
             "best": top["dev_metric"], "bm25": history[0]["dev_metric"], "selection": result.get("selection"),
             "recipe": json.dumps(recipe, indent=2)}))
 

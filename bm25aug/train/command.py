@@ -1,4 +1,4 @@
-"""``bm25aug train`` and ``train.py``: the config from the command line, the index, the run, one summary line."""
+"""``bm25aug train`` and ``train.py``: the config from the command line, the indexes, the run, one summary line."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import time
 
 import torch
 
+from bm25aug import recipes
 from bm25aug.data.registry import load_dataset
+from bm25aug.errors import UserError
 from bm25aug.eval.evaluate import CHECKPOINT_ROOT
 from bm25aug.lucene.index import ensure_index
 from bm25aug.train.arguments import from_args
@@ -14,12 +16,18 @@ from bm25aug.train.trainer import Trainer
 
 
 def run(args) -> None:
-    dataset = load_dataset(args.dataset, args.data_dir)
-    config = from_args(args, dataset.name, CHECKPOINT_ROOT)
+    names = args.dataset or (recipes.datasets(args.recipe) if args.recipe else [])
+    if not names:
+        raise UserError("no training data; fix: pass --dataset NAME [NAME ...], or a --recipe that names its "
+                        f"datasets ({', '.join(r for r in recipes.names() if recipes.datasets(r))})")
+    datasets = [load_dataset(name, args.data_dir) for name in names]
+    # A run over a recipe's own datasets is named after the recipe (checkpoints/general).
+    name = args.recipe if not args.dataset else "+".join(d.name for d in datasets)
+    config = from_args(args, name, CHECKPOINT_ROOT)
     torch.set_num_threads(config.threads)
-    index = ensure_index(dataset, config.target, args.index_root, threads=config.threads)
+    indexes = [ensure_index(d, config.target, args.index_root, threads=config.threads) for d in datasets]
     start = time.perf_counter()
-    result = Trainer(config, dataset, index, resume=args.resume).train()
+    result = Trainer(config, datasets, indexes, resume=args.resume).train()
     reference = result["history"][0]  # epoch 0: plain BM25 on the target's index, same dev queries
     selection = result["selection"]
     plain = (f"; no significant gain over BM25 (one-sided p = {selection['p_value']:.2g}), so the model is "

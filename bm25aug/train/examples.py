@@ -24,8 +24,9 @@ log = logging.getLogger(__name__)
 class Example:
     qid: str
     query: str
-    positives: list[int]
+    positives: list[int]  # rows of its corpus's index
     negatives: list[int]
+    corpus: int = 0  # which of the run's training corpora (``bm25aug.train.corpora``)
 
 
 def mine_hard_negatives(searcher: BM25Searcher, split: Split, dataset: Dataset, depth: int,
@@ -41,11 +42,10 @@ def mine_hard_negatives(searcher: BM25Searcher, split: Split, dataset: Dataset, 
     return negatives
 
 
-def hard_negatives(config, searcher: BM25Searcher, dataset: Dataset, train: Split, out: Path) -> dict[str, list[str]]:
-    """Hard negatives per training query, cached in the run folder for ``--resume`` and reused
-    only when made from the same index, training queries and settings (a run killed before
+def hard_negatives(config, searcher: BM25Searcher, dataset: Dataset, train: Split, cache: Path) -> dict[str, list[str]]:
+    """Hard negatives per training query, cached in the run folder (``cache``) for ``--resume`` and
+    reused only when made from the same index, training queries and settings (a run killed before
     its first epoch left one that a rerun with other settings must not read)."""
-    cache = out / "hard_negatives.json"
     c = config
     source = source_key("hard-negatives", searcher.meta.corpus_fingerprint, c.negatives, c.negative_depth,
                         c.target, c.k1, c.b, sorted(train.queries))
@@ -64,8 +64,9 @@ def hard_negatives(config, searcher: BM25Searcher, dataset: Dataset, train: Spli
     return negatives
 
 
-def build_examples(split: Split, negatives: dict[str, list[str]], bm25: TorchBM25) -> list[Example]:
-    """Training queries with the rows of their positives (judged > 0 and in the index) and negatives."""
+def build_examples(split: Split, negatives: dict[str, list[str]], bm25: TorchBM25, corpus: int = 0) -> list[Example]:
+    """Training queries with the rows of their positives (judged > 0 and in the index) and negatives
+    (``corpus``: the corpus's number in the run)."""
     def rows(docids: list[str]) -> list[int]:
         return [int(r) for r in bm25.index.doc_numbers(docids) if r >= 0]
 
@@ -74,7 +75,7 @@ def build_examples(split: Split, negatives: dict[str, list[str]], bm25: TorchBM2
         pos = rows([d for d, g in rels.items() if g > 0])
         if pos and qid in split.queries:
             ids = negatives.get(qid, [])
-            examples.append(Example(qid, split.queries[qid], pos, rows(ids)))
+            examples.append(Example(qid, split.queries[qid], pos, rows(ids), corpus))
             named, unknown = named + len(ids), unknown + len(ids) - len(examples[-1].negatives)
     if unknown:
         log.warning("%d of the %d hard negatives named for the training queries are not in the index (e.g. DPR "

@@ -1,7 +1,7 @@
 """A training run's folder: who may write it, and whether a ``--resume`` is the same run.
 
 Layout: ``bm25aug_run.json`` (the claim) · ``config.json`` · ``data.json`` · ``dev_split.json`` ·
-``hard_negatives.json`` · ``log.jsonl`` · ``curves.png`` · ``last/`` (model + ``trainer_state.pt``,
+``hard_negatives.<dataset>.json`` (one per training corpus) · ``log.jsonl`` · ``curves.png`` · ``last/`` (model + ``trainer_state.pt``,
 every epoch, for ``--resume``) · ``best/`` (best dev, with its model card) · ``selection.json``
 (whether ``best/`` beat plain BM25 on dev).
 """
@@ -47,16 +47,17 @@ def earlier_run(folder: Path) -> bool:
     return isinstance(saved, dict) and {"dataset", "lam"} <= saved.keys() and ours
 
 
-def record_run(config: TrainConfig, dataset, index: Path, resume: bool) -> None:
-    """On --resume, the saved run must be this one: the same settings, the same corpus (its
-    fingerprint, in ``data.json``), and no more epochs trained than now asked for. Then this
+def record_run(config: TrainConfig, datasets: list, indexes: list[Path], resume: bool) -> None:
+    """On --resume, the saved run must be this one: the same settings, the same corpora (their
+    fingerprints, in ``data.json``), and no more epochs trained than now asked for. Then this
     run's settings and data are recorded."""
     out = Path(config.output_dir)
     saved, data = out / "config.json", out / "data.json"
-    corpus = IndexMeta.load(index, probe=False).corpus_fingerprint
+    corpus = "+".join(IndexMeta.load(index, probe=False).corpus_fingerprint for index in indexes)
     if resume and data.exists() and read_json(data).get("corpus_fingerprint") != corpus:
-        raise UserError(f"--resume on another corpus than the saved run's ({dataset.corpus_file} has changed "
-                        f"or is another dataset's); fix: pass the run's dataset, or a new --output-dir")
+        files = ", ".join(str(d.corpus_file) for d in datasets)
+        raise UserError(f"--resume on other corpora than the saved run's ({files} changed, or are other "
+                        f"datasets); fix: pass the run's datasets, or a new --output-dir")
     if resume and saved.exists():
         old = read_json(saved)
         changed = [f.name for f in fields(TrainConfig)
@@ -69,7 +70,8 @@ def record_run(config: TrainConfig, dataset, index: Path, resume: bool) -> None:
         raise UserError(f"--resume with --epochs {config.epochs}, but the saved run has trained {trained}; "
                         f"fix: pass --epochs {trained} or more")
     write_json(saved, asdict(config))
-    write_json(data, {"dataset": dataset.name, "path": str(dataset.path), "corpus_fingerprint": corpus})
+    write_json(data, {"dataset": "+".join(d.name for d in datasets), "paths": [str(d.path) for d in datasets],
+                      "corpus_fingerprint": corpus})
 
 
 def read_json(path: Path) -> dict:

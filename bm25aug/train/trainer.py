@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import pickle
 import random
 from pathlib import Path
@@ -24,36 +23,42 @@ from bm25aug.data.registry import Dataset
 from bm25aug.errors import UserError
 from bm25aug.eval.metrics import per_query
 from bm25aug.interrupts import deferred, stop_point
-from bm25aug.io import atomic_dir, check_outputs, claim_folder, refuse_foreign, write_json, write_jsonl
+from bm25aug.io import atomic_dir, check_outputs, claim_folder, refuse_foreign, write_jsonl
 from bm25aug.model.augmenter import CONFIG_NAME, QueryAugmenter
 from bm25aug.model.encoder import encode_queries
 from bm25aug.model.tokenization import vocab_hash
 from bm25aug.progress import progress
-from bm25aug.search.bm25 import BM25Searcher, mean_added_terms
+from bm25aug.search.bm25 import mean_added_terms
 from bm25aug.train.arguments import DEVICES, TrainConfig
 from bm25aug.train.callbacks import TrainerCallback, default_callbacks
-from bm25aug.train.examples import Example, build_examples, hard_negatives, hold_out_sentences
-from bm25aug.train.losses import AugmentationLoss, DfWeightedL1
-from bm25aug.train.pseudo import with_pseudo_queries
+from bm25aug.train.corpora import TrainingCorpus, epoch_batches, load_corpus, steps_per_epoch, write_dev_split
+from bm25aug.train.examples import Example
 from bm25aug.train.run_folder import RUN_MARKER, earlier_run, read_jsonl, record_run, refuse_finished
-from bm25aug.train.torch_bm25 import BM25Params, TorchBM25
 
 log = logging.getLogger(__name__)
 
 
 class Trainer:
     """``Trainer(config, dataset, index).train()``; ``index`` is the dataset's index of
-    ``config.target``'s flavor. ``callbacks`` replaces ``default_callbacks(config, model)``."""
+    ``config.target``'s flavor. Several corpora train one model: ``Trainer(config, [d1, d2],
+    [index1, index2])`` (``bm25aug.train.corpora``). ``callbacks`` replaces
+    ``default_callbacks(config, model)``."""
 
-    def __init__(self, config: TrainConfig, dataset: Dataset, index: Path, resume: bool = False,
-                 callbacks: list[TrainerCallback] | None = None):
+    def __init__(self, config: TrainConfig, dataset: Dataset | list[Dataset], index: Path | list[Path],
+                 resume: bool = False, callbacks: list[TrainerCallback] | None = None):
         if not config.output_dir:
             raise UserError("no output directory; fix: pass --output-dir DIR")
-        self.config, self.dataset, self.out, self.resume = config, dataset, Path(config.output_dir), resume
+        datasets = list(dataset) if isinstance(dataset, (list, tuple)) else [dataset]
+        indexes = [Path(i) for i in index] if isinstance(index, (list, tuple)) else [Path(index)]
+        if len(datasets) != len(indexes) or len({d.name for d in datasets}) != len(datasets):
+            raise UserError(f"training corpora {[d.name for d in datasets]} need one index each and distinct "
+                            f"names; fix: name each dataset once")
+        self.config, self.out, self.resume = config, Path(config.output_dir), resume
+        self.name = "+".join(d.name for d in datasets)
         encoder = config.encoder if config.encoder and Path(config.encoder).exists() else None
-        check_outputs({"--output-dir": self.out}, {"the dataset": dataset.path, "the index": index,
-                                                   "the teacher": config.teacher, "--encoder": encoder},
-                      folders=("--output-dir",))
+        inputs = {**{f"the dataset {d.name}": d.path for d in datasets},
+                  **{f"the index {i}": i for i in indexes}, "the teacher": config.teacher, "--encoder": encoder}
+        check_outputs({"--output-dir": self.out}, inputs, folders=("--output-dir",))
         refuse_foreign(self.out, RUN_MARKER, "--output-dir", earlier_run)  # before a minute of loading
         refuse_finished(self.out, resume)
         self.teacher = self._teacher()
@@ -64,8 +69,8 @@ class Trainer:
         self._lock = claim_folder(self.out, RUN_MARKER, "a training run", "--output-dir", earlier_run)
         try:
             refuse_finished(self.out, resume)  # again: another run may have finished here while this one loaded
-            record_run(config, dataset, index, resume)
-            self._prepare(index, fresh)
+            record_run(config, datasets, indexes, resume)
+            self._prepare(datasets, indexes, fresh)
             self.callbacks = default_callbacks(config, self.model) if callbacks is None else callbacks
         except BaseException:
             self._lock.release()
@@ -81,40 +86,30 @@ class Trainer:
             aug_threshold=c.aug_threshold, aug_layer=c.aug_layer, aug_init=c.aug_init,
             **({"pooling": c.pooling} if c.pooling else {}))
 
-    def _prepare(self, index: Path, fresh: bool) -> None:
-        """Index, loss, examples and optimizer, once the output folder is claimed."""
-        config, dataset = self.config, self.dataset
-        self.searcher = BM25Searcher(index, config.k1, config.b, tokenizer=self.model.tokenizer, flavor=config.target)
-        self.model.config.vocab_hash = self.searcher.meta.vocab_hash or self.model.config.vocab_hash
-        self.bm25 = TorchBM25(self.searcher.index, self.model.tokenizer.get_vocab() if config.target == "wp" else None,
-                              BM25Params(config.k1, config.b, bag_of_words=config.bag_of_words))
+    def _prepare(self, datasets: list[Dataset], indexes: list[Path], fresh: bool) -> None:
+        """Corpora (indexes, losses, examples) and optimizer, once the output folder is claimed."""
+        config = self.config
         self.target = self.model.target
-        self.cmap = self.target.columns(self.bm25)
-        l1 = DfWeightedL1(self.cmap.vocab_df(self.bm25.df), self.bm25.num_docs, config.uniform_l1,
-                          config.penalty_floor, config.off_positive_penalty)
-        self.loss = AugmentationLoss(l1, config.lam, config.flops, config.distill_weight)
         if self.teacher is not None and vocab_hash(self.teacher.tokenizer) != vocab_hash(self.model.tokenizer):
             raise UserError(f"--teacher {config.teacher} has another vocabulary than this model's encoder; "
                             f"fix: pass a teacher trained on an encoder with the same vocabulary")
-        for module in (self.model, self.loss, self.teacher):
+        self.corpora: list[TrainingCorpus] = [load_corpus(config, d, i, self.model, self.out, n)
+                                              for n, (d, i) in enumerate(zip(datasets, indexes))]
+        wp_hash = next((c.searcher.meta.vocab_hash for c in self.corpora if c.searcher.meta.vocab_hash), None)
+        self.model.config.vocab_hash = wp_hash or self.model.config.vocab_hash
+        for module in (self.model, self.teacher, *(c.loss for c in self.corpora)):
             if module is not None:
                 module.to(self.device)
-        train, self.dev, dev_how = dataset.train_dev(config.dev_size, config.seed)
-        if config.pseudo_queries:
-            train = with_pseudo_queries(train, dataset.corpus, config.pseudo_queries, config.seed)
-        write_json(self.out / "dev_split.json", {"how": dev_how, "qids": sorted(self.dev.queries)})
-        self.examples = build_examples(train, hard_negatives(config, self.searcher, dataset, train, self.out), self.bm25)
-        if not self.examples:
-            raise UserError(f"{dataset.name}: no training query has a positive document in the corpus; "
-                            f"fix: check the train qrels / positive_ctxs")
-        self.qrels_rows = {e.qid: set(e.positives) for e in self.examples}
+        write_dev_split(self.corpora, self.out / "dev_split.json")
+        self.examples = [e for c in self.corpora for e in c.examples]  # every corpus's, for the head and the gate
         if fresh and config.aug_init == "centered":
             self.model.center_aug_head([e.query for e in self.examples])
-        hold_out_sentences(self.examples, self.qrels_rows, self.target, self.bm25)
         # The document rows training reads up front; random negatives (and a random one for a query
         # without hard negatives) are read when first drawn.
-        self.bm25.prefetch([r for e in self.examples for r in (*e.positives, *e.negatives)], desc="read document terms")
-        self.steps_per_epoch = math.ceil(len(self.examples) / config.batch_size)
+        for c in self.corpora:
+            c.bm25.prefetch([r for e in c.examples for r in (*e.positives, *e.negatives)],
+                            desc=f"read document terms ({c.name})")
+        self.steps_per_epoch = steps_per_epoch(self.corpora, config.batch_size)
         self.optimizer, self.scheduler = self._optimizer()
 
     def _optimizer(self):
@@ -178,13 +173,12 @@ class Trainer:
         """One pass over the examples in a seeded order; the sums of the loss parts."""
         c = self.config
         rng = random.Random(c.seed * 1000 + epoch)
-        order = list(range(len(self.examples)))
-        rng.shuffle(order)
+        batches = epoch_batches(self.corpora, c.batch_size, c.corpus_temperature, rng)
         self.model.train()
-        bar = progress(range(self.steps_per_epoch), desc=f"epoch {epoch + 1}/{c.epochs}", unit="step")
+        bar = progress(batches, desc=f"epoch {epoch + 1}/{c.epochs}", unit="step")
         sums: dict[str, float] = {}
-        for i in bar:
-            parts = self.training_step([self.examples[j] for j in order[i * c.batch_size:(i + 1) * c.batch_size]], rng)
+        for batch in bar:
+            parts = self.training_step(batch, rng)
             state["step"] += 1
             for k, v in parts.items():
                 sums[k] = sums.get(k, 0.0) + float(v.detach())
@@ -193,32 +187,35 @@ class Trainer:
         return sums
 
     def batch_rows(self, batch: list[Example], rng: random.Random) -> list[int]:
-        """The batch's documents: each query's positive, its hard negatives, then random ones."""
-        c = self.config
+        """The batch's documents, all from its corpus: each query's positive, its hard negatives,
+        then random ones."""
+        c, bm25 = self.config, self.corpora[batch[0].corpus].bm25
         rows = [rng.choice(e.positives) for e in batch]
         # Documents drawn at random are drawn in external-id order, so that a seed draws the same
         # documents from every build of the index (Lucene numbers them in build order).
-        by_id = self.bm25.index.by_id
+        by_id = bm25.index.by_id
         for e in batch:
-            pool = e.negatives or [int(by_id[rng.randrange(self.bm25.num_docs)])]
+            pool = e.negatives or [int(by_id[rng.randrange(bm25.num_docs)])]
             rows.extend(rng.sample(pool, min(c.hard_negatives, len(pool))))
         if c.random_negatives:
-            drawn = rng.sample(range(self.bm25.num_docs), min(c.random_negatives, self.bm25.num_docs))
+            drawn = rng.sample(range(bm25.num_docs), min(c.random_negatives, bm25.num_docs))
             rows.extend(by_id[drawn].tolist())
         return rows
 
     def training_step(self, batch: list[Example], rng: random.Random) -> dict[str, torch.Tensor]:
-        """Forward, loss, backward, AdamW step; then the callbacks' ``on_step_end``."""
+        """Forward, loss, backward, AdamW step; then the callbacks' ``on_step_end``. The batch's
+        examples come from one corpus."""
+        corpus = self.corpora[batch[0].corpus]
         rows = self.batch_rows(batch, rng)
         # A document judged positive for a query is no negative for it, wherever it sits in the batch.
-        mask = torch.tensor([[j != i and r in self.qrels_rows[e.qid] for j, r in enumerate(rows)]
+        mask = torch.tensor([[j != i and r in corpus.qrels_rows[e.qid] for j, r in enumerate(rows)]
                              for i, e in enumerate(batch)])
         qb = self.target.batch([e.query for e in batch])
         ids, attention = self.inputs(qb)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda"):  # BM25 stays float32
             out = self.model(ids, attention)
         w, a = out.token_weights.float(), out.augmentation.float()
-        parts = self.compute_loss(qb, w, a, rows, mask.to(self.device), self._relevant(batch))
+        parts = self.compute_loss(corpus, qb, w, a, rows, mask.to(self.device), self._relevant(corpus, batch))
         self.optimizer.zero_grad(set_to_none=True)
         parts["loss"].backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
@@ -239,13 +236,13 @@ class Trainer:
             stack.enter_context(cb.served_weights(self.model))
         return stack
 
-    def compute_loss(self, qb, w: torch.Tensor, a: torch.Tensor, rows: list[int], mask: torch.Tensor,
-                     relevant: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """The loss of one batch (query i's positive is document i): the public hook for research
-        code (``research/hybrid_probe.py`` scores two fields)."""
-        scores = self.bm25.score(self.target.boosts(qb, w, a, self.cmap), rows)
-        return self.loss(a, scores, torch.arange(len(qb.terms), device=self.device), mask, relevant,
-                         self._teacher_scores(qb, rows))
+    def compute_loss(self, corpus: TrainingCorpus, qb, w: torch.Tensor, a: torch.Tensor, rows: list[int],
+                     mask: torch.Tensor, relevant: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """The loss of one batch of ``corpus`` (query i's positive is document i): the public hook
+        for research code (``research/hybrid_probe.py`` scores two fields)."""
+        scores = corpus.bm25.score(self.target.boosts(qb, w, a, corpus.cmap), rows)
+        return corpus.loss(a, scores, torch.arange(len(qb.terms), device=self.device), mask, relevant,
+                           self._teacher_scores(corpus, qb, rows))
 
     def _teacher(self) -> QueryAugmenter | None:
         """The ``--teacher`` model (on the CPU until the model moves), checked for its target."""
@@ -253,31 +250,31 @@ class Trainer:
 
         if not self.config.teacher:
             return None
-        teacher = QueryAugmenter.from_pretrained(resolve_checkpoint(self.config.teacher, self.dataset.name, False))
+        teacher = QueryAugmenter.from_pretrained(resolve_checkpoint(self.config.teacher, self.name, False))
         if teacher.config.target != self.config.target:
             raise UserError(f"--teacher {self.config.teacher} serves {teacher.config.target} indexes, this model "
                             f"{self.config.target} ones; fix: pass a teacher trained with --target {self.config.target}")
         return teacher.eval()
 
     @torch.no_grad()
-    def _teacher_scores(self, qb, rows: list[int]) -> torch.Tensor | None:
+    def _teacher_scores(self, corpus: TrainingCorpus, qb, rows: list[int]) -> torch.Tensor | None:
         """The teacher's BM25 scores of the batch (queries x documents), its term lists as served."""
         if self.teacher is None:
             return None
         out = self.teacher(*self.inputs(qb))
-        boosts = self.teacher.target.boosts(qb, out.token_weights.float(), out.augmentation.float(), self.cmap)
-        return self.bm25.score(boosts, rows)
+        boosts = self.teacher.target.boosts(qb, out.token_weights.float(), out.augmentation.float(), corpus.cmap)
+        return corpus.bm25.score(boosts, rows)
 
-    def _relevant(self, batch: list[Example]) -> torch.Tensor | None:
+    def _relevant(self, corpus: TrainingCorpus, batch: list[Example]) -> torch.Tensor | None:
         """Queries x vocabulary: whether an a(q) entry reaches a term of one of the query's judged-
         relevant documents (for ``off_positive_penalty``; None when that is off)."""
         if not self.config.off_positive_penalty:
             return None
-        rows = [sorted(self.qrels_rows[e.qid]) for e in batch]
-        docs = self.bm25.doc_matrix([r for rs in rows for r in rs]).to_dense()
+        rows = [sorted(corpus.qrels_rows[e.qid]) for e in batch]
+        docs = corpus.bm25.doc_matrix([r for rs in rows for r in rs]).to_dense()
         owner = torch.repeat_interleave(torch.arange(len(rows)), torch.tensor([len(rs) for rs in rows]))
         found = torch.zeros(len(rows), docs.shape[1]).index_add_(0, owner, docs)
-        return self.cmap.pull(found.to(self.device)) > 0
+        return corpus.cmap.pull(found.to(self.device)) > 0
 
     # ------------------------------------------------------------------------------------- dev
     @torch.no_grad()
@@ -291,18 +288,25 @@ class Trainer:
                 "dev_metric_name": name, "dev_aug_terms": added}
 
     @torch.no_grad()
-    def dev_scores(self, model: QueryAugmenter | None) -> tuple[str, dict[str, float], float]:
-        """The dev queries' metric per query (nDCG@10; QA: Acc@5, the paper's first QA metric, as
-        Acc@20 saturates on small corpora) and the mean added terms, for ``model``'s term lists
-        (an eval-mode model) or plain BM25's (None)."""
-        qids = sorted(self.dev.queries)
-        texts = [self.dev.queries[q] for q in qids]
-        vectors = ([self.searcher.query_terms(t) for t in texts] if model is None
-                   else [self.searcher.indexed(v) for v in encode_queries(model, texts, progress=False)])
-        tops = self.searcher.batch_search_terms_arrays(vectors, self.config.dev_depth, self.config.threads)
-        run = {qid: self.searcher.hits(top) for qid, top in zip(qids, tops)}
-        name, scores = per_query(run, self.dev, self.dataset.corpus)
-        return name, scores, mean_added_terms(self.searcher, texts, vectors)
+    def dev_scores(self, model: QueryAugmenter | None) -> tuple[str, dict[tuple[str, str], float], float]:
+        """The dev queries' metric per (corpus, query) over the union of the corpora's dev sets
+        (nDCG@10; QA: Acc@5, the paper's first QA metric, as Acc@20 saturates on small corpora;
+        names joined by '+' when the corpora differ) and the mean added terms, for ``model``'s
+        term lists (an eval-mode model) or plain BM25's (None)."""
+        names, scores, added, counted = [], {}, 0.0, 0
+        for c in self.corpora:
+            qids = sorted(c.dev.queries)
+            texts = [c.dev.queries[q] for q in qids]
+            vectors = ([c.searcher.query_terms(t) for t in texts] if model is None
+                       else [c.searcher.indexed(v) for v in encode_queries(model, texts, progress=False)])
+            tops = c.searcher.batch_search_terms_arrays(vectors, self.config.dev_depth, self.config.threads)
+            run = {qid: c.searcher.hits(top) for qid, top in zip(qids, tops)}
+            name, got = per_query(run, c.dev, c.dataset.corpus)
+            names.append(name)
+            scores.update({(c.name, q): v for q, v in got.items()})
+            added += mean_added_terms(c.searcher, texts, vectors) * len(texts)
+            counted += len(texts)
+        return "+".join(dict.fromkeys(names)), scores, added / max(counted, 1)
 
     # ------------------------------------------------------------------------------ checkpoints
     def _save_state(self, state: dict) -> None:
