@@ -117,6 +117,8 @@ def test_epoch_batches_proportional_and_tempered():
     share = sum(b[0].corpus == 0 for run in tempered for b in run) / sum(map(len, tempered))
     assert 0.4 < share < 0.6  # near-uniform over corpora, where size alone gives 0.1
     assert all(len(run) == 20 and all(len({e.corpus for e in b}) == 1 for b in run) for run in tempered)
+    cold = epoch_batches([_Corpus(_examples(100_000, 0)), small], 5, 0.01, random.Random(0))  # no overflow
+    assert all(b[0].corpus == 0 for b in cold)  # size ** 100: the large corpus alone
 
 
 def test_one_corpus_draws_as_before():

@@ -326,7 +326,7 @@ def test_a_training_folder_is_claimed_and_settings_checked_before_writing(tmp_pa
     assert (tmp_path / "run" / "best" / "bm25aug_config.json").exists()
     other = load_dataset(str(write_beir(tmp_path / "v2" / "tiny", docs={**TINY_DOCS, "d9": ("Cats", "cat mat")},
                                         queries={f"q{i}": broad for i in range(1, 9)})))
-    with pytest.raises(UserError, match="--resume on another corpus"):
+    with pytest.raises(UserError, match="--resume on other corpora than the saved run"):
         Trainer(tiny_train_config(tmp_path / "run", epochs=2, negative_depth=1), other,
                 ensure_index(other, "flat", tmp_path / "idx2"), resume=True)
     (tmp_path / "run" / "config.json").write_text('{"epochs": 6,')

@@ -192,7 +192,7 @@ def test_a_student_learns_to_match_its_teachers_scores(tiny_wp, tmp_path):
     Trainer(tiny_config(teacher, target="flat", weight_floor=1.0), ds, flat).train()
     student = Trainer(tiny_config(tmp_path / "student", target="flat", weight_floor=1.0, encoder_layers=0,
                                   teacher=str(teacher), distill_weight=0.5), ds, flat)
-    loss = student.loss
+    loss = student.corpora[0].loss
     scores, targets = torch.tensor([[3.0, 1.0, 0.0], [0.0, 2.0, 5.0]]), torch.tensor([0, 1])
     mask = torch.tensor([[False, False, True], [False, False, False]])
     a = torch.zeros(2, len(loss.penalty))
@@ -245,9 +245,9 @@ def test_random_negatives_price_added_words_found_outside_the_batch(tiny_wp, tmp
     seen = {}
     score = trainer.compute_loss
 
-    def spy(qb, w, a, rows, mask, relevant=None):
+    def spy(corpus, qb, w, a, rows, mask, relevant=None):
         seen.update(rows=list(rows), mask=mask)
-        return score(qb, w, a, rows, mask, relevant)
+        return score(corpus, qb, w, a, rows, mask, relevant)
 
     trainer.compute_loss = spy
     batch = trainer.examples[:2]
@@ -299,9 +299,9 @@ def test_random_draws_are_the_same_documents_whatever_order_the_index_was_built_
         seen = {}
         score = trainer.compute_loss
 
-        def spy(qb, w, a, rows, mask, relevant=None, score=score, seen=seen):
+        def spy(corpus, qb, w, a, rows, mask, relevant=None, score=score, seen=seen):
             seen["rows"] = list(rows)
-            return score(qb, w, a, rows, mask, relevant)
+            return score(corpus, qb, w, a, rows, mask, relevant)
 
         trainer.compute_loss = spy
         trainer.training_step(trainer.examples[:2], random.Random(0))

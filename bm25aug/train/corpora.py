@@ -81,7 +81,8 @@ def write_dev_split(corpora: list[TrainingCorpus], path: Path) -> None:
     if len(corpora) == 1:
         write_json(path, {"how": corpora[0].dev_how, "qids": sorted(corpora[0].dev.queries)})
     else:
-        write_json(path, {"how": "; ".join(f"{c.name}: {c.dev_how}" for c in corpora),
+        hows = [c.dev_how if "queries" in c.dev_how else f"{c.dev_how} ({len(c.dev.queries)} queries)" for c in corpora]
+        write_json(path, {"how": "union of " + "; ".join(f"{c.name}: {how}" for c, how in zip(corpora, hows)),
                           "qids": {c.name: sorted(c.dev.queries) for c in corpora}})
 
 
@@ -98,7 +99,8 @@ def epoch_batches(corpora: list[TrainingCorpus], batch_size: int, temperature: f
     draws nothing more (so a one-corpus run is the run it always was). With several, temperature 1
     interleaves all batches at random (each example once); any other temperature draws each step's
     corpus with probability proportional to ``size ** (1 / T)``, cycling through that corpus's
-    shuffled examples, as many steps as temperature 1 would take."""
+    shuffled examples, as many steps as temperature 1 would take. Each pass over a corpus ends
+    in its partial batch, so a small corpus cycled often trains on more short batches."""
     streams = [_shuffled_batches(c.examples, batch_size, rng) for c in corpora]
     if len(corpora) == 1:
         return streams[0]
@@ -106,7 +108,9 @@ def epoch_batches(corpora: list[TrainingCorpus], batch_size: int, temperature: f
         batches = [b for stream in streams for b in stream]
         rng.shuffle(batches)
         return batches
-    weights = [len(c.examples) ** (1.0 / temperature) for c in corpora]
+    # size ** (1/T) in log space, relative to the largest: no overflow at a low temperature.
+    logs = [math.log(len(c.examples)) / temperature for c in corpora]
+    weights = [math.exp(x - max(logs)) for x in logs]
     drawn = rng.choices(range(len(corpora)), weights=weights, k=steps_per_epoch(corpora, batch_size))
     position = [0] * len(corpora)
     batches = []
