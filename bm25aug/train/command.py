@@ -12,6 +12,7 @@ from bm25aug.errors import UserError
 from bm25aug.eval.evaluate import CHECKPOINT_ROOT
 from bm25aug.lucene.index import ensure_index
 from bm25aug.train.arguments import from_args
+from bm25aug.train.corpora import run_name
 from bm25aug.train.trainer import Trainer
 
 
@@ -22,7 +23,7 @@ def run(args) -> None:
                         f"datasets ({', '.join(r for r in recipes.names() if recipes.datasets(r))})")
     datasets = [load_dataset(name, args.data_dir) for name in names]
     # A run over a recipe's own datasets is named after the recipe (checkpoints/general).
-    name = args.recipe if not args.dataset else "+".join(d.name for d in datasets)
+    name = args.recipe if not args.dataset else run_name(datasets)
     config = from_args(args, name, CHECKPOINT_ROOT)
     torch.set_num_threads(config.threads)
     indexes = [ensure_index(d, config.target, args.index_root, threads=config.threads) for d in datasets]

@@ -38,7 +38,6 @@ class TrainingCorpus:
     """One corpus of a training run: its index, its statistics and its examples."""
 
     dataset: Dataset
-    index: Path
     searcher: BM25Searcher
     bm25: TorchBM25
     cmap: ColumnMap
@@ -73,7 +72,12 @@ def load_corpus(config: TrainConfig, dataset: Dataset, index: Path, model, out: 
                         f"fix: check the train qrels / positive_ctxs")
     qrels_rows = {e.qid: set(e.positives) for e in examples}
     hold_out_sentences(examples, qrels_rows, model.target, bm25)
-    return TrainingCorpus(dataset, index, searcher, bm25, cmap, loss, examples, qrels_rows, dev, dev_how)
+    return TrainingCorpus(dataset, searcher, bm25, cmap, loss, examples, qrels_rows, dev, dev_how)
+
+
+def run_name(datasets: list[Dataset]) -> str:
+    """The name of a run over ``datasets`` (its default folder, its record): their names joined by '+'."""
+    return "+".join(d.name for d in datasets)
 
 
 def write_dev_split(corpora: list[TrainingCorpus], path: Path) -> None:

@@ -17,6 +17,7 @@ from bm25aug.io import write_json
 from bm25aug.lucene.index import IndexMeta
 from bm25aug.model.augmenter import CONFIG_NAME
 from bm25aug.train.arguments import TrainConfig, saved_value
+from bm25aug.train.corpora import run_name
 
 RUN_MARKER = "bm25aug_run.json"  # claims a training output folder (bm25aug.io.claim_folder)
 # Settings a --resume may change: the epoch count (checked apart), where and how it runs, and the
@@ -70,7 +71,7 @@ def record_run(config: TrainConfig, datasets: list, indexes: list[Path], resume:
         raise UserError(f"--resume with --epochs {config.epochs}, but the saved run has trained {trained}; "
                         f"fix: pass --epochs {trained} or more")
     write_json(saved, asdict(config))
-    write_json(data, {"dataset": "+".join(d.name for d in datasets), "paths": [str(d.path) for d in datasets],
+    write_json(data, {"dataset": run_name(datasets), "paths": [str(d.path) for d in datasets],
                       "corpus_fingerprint": corpus})
 
 

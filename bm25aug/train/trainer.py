@@ -31,7 +31,7 @@ from bm25aug.progress import progress
 from bm25aug.search.bm25 import mean_added_terms
 from bm25aug.train.arguments import DEVICES, TrainConfig
 from bm25aug.train.callbacks import TrainerCallback, default_callbacks
-from bm25aug.train.corpora import TrainingCorpus, epoch_batches, load_corpus, steps_per_epoch, write_dev_split
+from bm25aug.train.corpora import TrainingCorpus, epoch_batches, load_corpus, run_name, steps_per_epoch, write_dev_split
 from bm25aug.train.examples import Example
 from bm25aug.train.run_folder import RUN_MARKER, earlier_run, read_jsonl, record_run, refuse_finished
 
@@ -54,7 +54,7 @@ class Trainer:
             raise UserError(f"training corpora {[d.name for d in datasets]} need one index each and distinct "
                             f"names; fix: name each dataset once")
         self.config, self.out, self.resume = config, Path(config.output_dir), resume
-        self.name = "+".join(d.name for d in datasets)
+        self.name = run_name(datasets)
         encoder = config.encoder if config.encoder and Path(config.encoder).exists() else None
         inputs = {**{f"the dataset {d.name}": d.path for d in datasets},
                   **{f"the index {i}": i for i in indexes}, "the teacher": config.teacher, "--encoder": encoder}
@@ -186,10 +186,10 @@ class Trainer:
             stop_point()
         return sums
 
-    def batch_rows(self, batch: list[Example], rng: random.Random) -> list[int]:
+    def batch_rows(self, corpus: TrainingCorpus, batch: list[Example], rng: random.Random) -> list[int]:
         """The batch's documents, all from its corpus: each query's positive, its hard negatives,
         then random ones."""
-        c, bm25 = self.config, self.corpora[batch[0].corpus].bm25
+        c, bm25 = self.config, corpus.bm25
         rows = [rng.choice(e.positives) for e in batch]
         # Documents drawn at random are drawn in external-id order, so that a seed draws the same
         # documents from every build of the index (Lucene numbers them in build order).
@@ -206,7 +206,7 @@ class Trainer:
         """Forward, loss, backward, AdamW step; then the callbacks' ``on_step_end``. The batch's
         examples come from one corpus."""
         corpus = self.corpora[batch[0].corpus]
-        rows = self.batch_rows(batch, rng)
+        rows = self.batch_rows(corpus, batch, rng)
         # A document judged positive for a query is no negative for it, wherever it sits in the batch.
         mask = torch.tensor([[j != i and r in corpus.qrels_rows[e.qid] for j, r in enumerate(rows)]
                              for i, e in enumerate(batch)])
