@@ -13,7 +13,7 @@ and bm25s as the speed peer, with every latency as a ratio to the floor.
 * ``--compare CHECKPOINT ...``: those models' augmented search and ONNX encode too, in the same
   run (e.g. ones trained with ``--encoder-layers 2`` or ``0``, against the default's torch int8 encode).
 * p50 and p95 on one thread; QPS of one ``batch_search_arrays`` over all queries on 1 and 2
-  threads (encoding included), and their ratio.
+  threads (encoding included; the median of 3 batches after 5 s of warm-up), and their ratio.
 * bm25s (``pip install -e '.[bench]'``) on every corpus, in a child process of its own: build
   seconds and peak RSS, its own tokenizer and index over the same texts, k hits, one query at a
   time (p50) and one ``retrieve`` over all queries on 1 and 2 threads (tokenizing included); our
@@ -37,6 +37,7 @@ from bm25aug.lucene.index import ensure_index
 from bm25aug.io import write_json
 from bm25aug.search.augmented import AugmentedSearcher
 from bm25aug.search.bm25 import BM25Searcher
+from timing import qps
 
 
 def interleaved_latencies(paths: dict[str, tuple], rounds: int = 2) -> dict[str, np.ndarray]:
@@ -53,14 +54,6 @@ def interleaved_latencies(paths: dict[str, tuple], rounds: int = 2) -> dict[str,
                 if r:
                     times[name].append(time.perf_counter() - start)
     return {name: np.asarray(t) * 1000 for name, t in times.items()}
-
-
-def qps(batch_search, queries: list[str], threads: int) -> float:
-    """Queries per second of one batch over all queries (after a warm-up batch)."""
-    batch_search(queries[:50], threads)
-    start = time.perf_counter()
-    batch_search(queries, threads)
-    return len(queries) / (time.perf_counter() - start)
 
 
 def bm25s_peer(dataset_name: str, split: str | None, k: int) -> dict | None:

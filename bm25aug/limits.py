@@ -65,6 +65,9 @@ RANGES: dict[str, Range] = {
     "top_k": Range(1, None, integer=True, note="leave it out to keep every term"),
     "threshold": Range(0, None),
     "encode_batch_size": Range(1, 4096, integer=True, note="queries a forward pass of the query encoder"),
+    "fb_terms": Range(1, 1000, integer=True, note="RM3 feedback terms"),
+    "fb_docs": Range(1, 1000, integer=True, note="RM3 feedback documents"),
+    "original_weight": Range(0, 1, note="RM3's weight on the original query"),
     # qrels: trec_eval sizes its tables by the largest grade (2^31 took 16.8 GB) and stores grades in 32 bits
     "grade": Range(-1000, 1000, integer=True, note="graded qrels use small integers such as 0, 1, 2"),
     # training

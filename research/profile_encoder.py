@@ -7,7 +7,9 @@ Stages (p50 over the split's queries, one thread, each query encoded alone as se
 ``batch`` (WordPiece tokenization and, for the flat target, Lucene's analysis of the query),
 ``session.run`` (the int8 ONNX graph) and ``term_lists`` (w and a into boosted terms). Operators:
 ONNX Runtime's own profile, summed per operator type, the a(q) head (``aug_head``) apart from the
-rest of the graph (the encoder, mostly), in ms per query.
+rest of the graph (the encoder, mostly), in ms per query. Batches: ``session.run``'s ms per query
+with 1, 8 and 32 queries a pass (dynamic int8 quantizes each pass's activations with one scale,
+so search encodes one query a pass; this says what batching would buy).
 """
 
 from __future__ import annotations
@@ -64,6 +66,23 @@ def operator_times(model_path: str, encoder, queries: list[str]) -> dict[str, fl
     return dict(total)
 
 
+def batch_times(encoder, queries: list[str], sizes: tuple[int, ...] = (1, 8, 32)) -> dict[int, float]:
+    """ms per query of ``session.run`` with ``size`` queries a pass (the queries sorted by length,
+    so a pass pads little), the best of 3 passes over all of them: whether batching pays."""
+    queries = sorted(queries, key=len)
+    out = {}
+    for size in sizes:
+        batches = [encoder.target.batch(queries[i:i + size]) for i in range(0, len(queries), size)]
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            for b in batches:
+                encoder.session.run(None, {"input_ids": b.input_ids, "attention_mask": b.attention_mask})
+            best = min(best, time.perf_counter() - start)
+        out[size] = best * 1000 / len(queries)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", default="checkpoints/scifact", help="a train.py output dir or a model dir")
@@ -81,6 +100,8 @@ def main() -> None:
     stages = stage_times(encoder, queries)
     print(f"{checkpoint}: {len(queries)} {dataset.name} queries, p50 ms per stage")
     print(" | ".join(f"{name} {ms:.3f}" for name, ms in stages.items()))
+    batched = batch_times(encoder, queries)
+    print("session.run, ms per query with B queries a pass: " + " | ".join(f"B={b} {ms:.3f}" for b, ms in batched.items()))
     ops = operator_times(encoder.session._model_path, encoder, queries)
     print(f"\noperators, ms per query (ONNX Runtime profile; their sum {sum(ops.values()):.3f}):")
     for name, ms in sorted(ops.items(), key=lambda kv: -kv[1])[:args.top]:

@@ -71,3 +71,15 @@ def test_checkpoint_vocab_mismatch(scifact_wp, offline_model, tmp_path):
         offline_model.config.vocab_hash = saved
     with pytest.raises(UserError, match="trained against vocabulary 0000"):
         AugmentedSearcher.from_pretrained(tmp_path / "bad", scifact_wp)
+
+
+def test_explain_tells_a_term_the_index_lacks_from_one_the_model_dropped(scifact_flat, flat_model):
+    """'pba' (of '4-PBA') is in no SciFact document: its boost is never searched, and explain
+    says so instead of showing a learned 0 as if the model had dropped it."""
+    from bm25aug.search.augmented import AugmentedSearcher
+    from bm25aug.search.bm25 import BM25Searcher
+
+    shown = AugmentedSearcher(flat_model, BM25Searcher(scifact_flat)).augment("4-PBA treatment of cells")
+    assert shown.unindexed == {"pba"} and "pba" in shown.original and "pba" not in shown.terms
+    line = next(line for line in shown.explain().splitlines() if line.strip().startswith("pba"))
+    assert "in no document of the index" in line

@@ -22,21 +22,35 @@ def pyserini_hits(index_dir, query: str, k: int):
     return [(h.docid, h.score) for h in searcher.search(query, k)]
 
 
-def test_ties_across_the_kth_place_go_to_the_smaller_external_id(tmp_path):
-    """30 identical documents indexed in shuffled id order: every k must cut the tie by id, as
-    Anserini's sorted search does, and the scores must carry its 1e-6 tie perturbation."""
-    ids = [f"doc{i:03d}" for i in range(30)]
+def test_ties_across_the_kth_place_go_to_the_smaller_external_id(tmp_path, monkeypatch):
+    """150 identical documents indexed in shuffled id order: every k must cut the tie by id, as
+    Anserini's sorted search does, and the scores must carry its 1e-6 tie perturbation. A tie
+    longer than the hits fetched past k makes batch search search again, deeper, on the Java pool:
+    on 1 and 2 threads it must give what one query at a time gives."""
+    from bm25aug.lucene import batch as java_batch
+
+    deeper = []
+    plain = java_batch.JavaBatch
+
+    def counting(*args, **kw):
+        deeper.append(kw.get("deeper", False))
+        return plain(*args, **kw)
+
+    monkeypatch.setattr(java_batch, "JavaBatch", counting)
+    ids = [f"doc{i:03d}" for i in range(150)]
     random.Random(0).shuffle(ids)
     docs = {d: ("Fruit", "apple banana cherry") for d in ids} | {"other": ("Veg", "apple carrot")}
     root = write_beir(tmp_path / "ties", docs=docs, queries={"q1": "apple"}, splits=("test",))
     flat = ensure_index(load_dataset(str(root)), "flat", tmp_path / "idx")
     ours = BM25Searcher(flat)
-    for k in (1, 5, 17, 31, 100):
+    for k in (1, 5, 17, 31, 100, 151):
         assert [(h.docid, h.score) for h in ours.search("apple banana", k)] == pyserini_hits(flat, "apple banana", k)
         assert [(h.docid, h.score) for h in ours.search("apple", k)] == pyserini_hits(flat, "apple", k)
-        batch = ours.batch_search(["apple banana", "apple"], ["a", "b"], k, threads=2)  # searched again, deeper
-        assert [[(h.docid, h.score) for h in hits] for hits in batch.values()] == [
-            pyserini_hits(flat, "apple banana", k), pyserini_hits(flat, "apple", k)]
+        for threads in (1, 2):
+            batch = ours.batch_search(["apple banana", "apple"], ["a", "b"], k, threads=threads)
+            assert [[(h.docid, h.score) for h in hits] for hits in batch.values()] == [
+                pyserini_hits(flat, "apple banana", k), pyserini_hits(flat, "apple", k)]
+    assert any(deeper), "no batch searched a long tie again, deeper"
 
 
 def test_weighted_terms_are_not_parsed_as_operators(tiny_wp):

@@ -17,10 +17,12 @@ def test_every_generated_table_agrees_with_its_data():
         text = path.read_text()
         blocks += "".join(line for line in text.splitlines(keepends=True) if line.startswith("<!-- "))
         assert render(text, conditions) == text, f"{path}: run python -m bm25aug.reproduce --write-readme"
-    for name in ("headline", "scifact", "targets", "scifact-ablations", "scifact-sweep", "nfcorpus-squad"):
+    for name in ("headline", "scifact", "targets", "scifact-ablations", "scifact-sweep", "nfcorpus-squad", "general",
+                 "feedback"):
         assert f"<!-- reproductions:{name} -->" in blocks
-    assert "<!-- bench:speed -->" in blocks and "<!-- bench:scale -->" in blocks and "<!-- bench:serve -->" in blocks
-    assert "<!-- reproductions:headline -->" in README.read_text()
+    for name in ("speed", "throughput", "encoders", "scale", "serve"):
+        assert f"<!-- bench:{name} -->" in blocks
+    assert "<!-- reproductions:headline -->" in README.read_text() and "<!-- bench:throughput -->" in README.read_text()
 
 
 def test_changing_a_recorded_benchmark_breaks_the_docs_check(tmp_path, monkeypatch):

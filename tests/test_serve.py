@@ -125,7 +125,9 @@ def test_documents_augment_and_indexes(server, scifact):
     assert hit["doc"] == get(server, f"/v1/scifact/doc/{hit['docid']}").json()["doc"]
     augmented = get(server, "/v1/scifact/augment", query=QUERIES[0]).json()
     assert augmented["terms"] and set(augmented["added"]) <= set(augmented["terms"])
-    assert all(set(v) == {"bm25", "learned"} for v in augmented["reweighted"].values())
+    assert all(set(v) == {"bm25", "learned", "indexed"} for v in augmented["reweighted"].values())
+    lacking = get(server, "/v1/scifact/augment", query="4-PBA treatment").json()["reweighted"]
+    assert not lacking["pba"]["indexed"] and lacking["treatment"]["indexed"]  # 'pba' is in no SciFact document
     listed = {i["name"]: i for i in get(server, "/v1/indexes").json()}
     assert listed["scifact"]["methods"] == ["bm25", "augmented"] and listed["plain"]["methods"] == ["bm25"]
     assert listed["scifact"]["num_docs"] == len(scifact.corpus)

@@ -309,3 +309,29 @@ def test_random_draws_are_the_same_documents_whatever_order_the_index_was_built_
     (numbering_a, docs_a), (numbering_b, docs_b) = drawn
     assert numbering_a != numbering_b  # the two builds do number the documents differently
     assert docs_a == docs_b
+
+
+def test_init_from_starts_from_a_trained_models_weights(tiny_wp, tmp_path):
+    """--init-from: the run starts from the trained model (not the pretrained encoder), keeps its
+    shape, trains on, and refuses a model for another target, a model setting of its own (the
+    model brings its own) and being its own output folder."""
+    import torch
+
+    from bm25aug.model.augmenter import QueryAugmenter
+
+    ds, wp, flat = tiny_wp
+    base = tmp_path / "base"
+    Trainer(tiny_config(base, target="flat", weight_floor=1.0, encoder_layers=2), ds, flat).train()
+    start = QueryAugmenter.from_pretrained(base / "best")
+    tuned = Trainer(tiny_config(tmp_path / "tuned", target="flat", weight_floor=1.0, init_from=str(base)), ds, flat)
+    assert len(tuned.model.encoder.encoder.layer) == 2  # the trained model's shape, not the 6-layer default
+    assert all(torch.equal(a, b) for a, b in zip(start.state_dict().values(), tuned.model.state_dict().values()))
+    tuned.train()
+    after = QueryAugmenter.from_pretrained(tmp_path / "tuned" / "last")
+    assert any(not torch.equal(a, b) for a, b in zip(start.state_dict().values(), after.state_dict().values()))
+    with pytest.raises(UserError, match="--init-from"):
+        Trainer(tiny_config(tmp_path / "wp", init_from=str(base)), ds, wp)
+    with pytest.raises(UserError, match="--encoder-layers is a model setting"):
+        Trainer(tiny_config(tmp_path / "x", target="flat", init_from=str(base), encoder_layers=1), ds, flat)
+    with pytest.raises(UserError, match="--init-from"):
+        Trainer(tiny_config(base, target="flat", weight_floor=1.0, init_from=str(base)), ds, flat)

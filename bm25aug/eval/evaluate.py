@@ -99,6 +99,12 @@ def _augmented(index: Path, config: EvalConfig, checkpoint: Path | None):
                                              aug_gate=config.aug_gate)
 
 
+def _augmented_rm3(index: Path, config: EvalConfig, checkpoint: Path | None):
+    from bm25aug.search.feedback import RM3Searcher
+
+    return RM3Searcher(_augmented(index, config, checkpoint))
+
+
 def _dense(index: Path, config: EvalConfig, checkpoint: Path | None):
     from bm25aug.search.dense import DenseSearcher
 
@@ -120,6 +126,9 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("hybrid", "flat", _hybrid),  # RRF of bm25-flat and dense
     Method("augmented", "target", _augmented, needs_checkpoint=True,
            companions=("bm25-flat", "bm25-wp", "bm25-rm3", "bm25-rocchio")),
+    # RM3 (Pyserini's defaults) on the augmented query: the feedback baseline (bm25aug.search.feedback)
+    Method("augmented-rm3", "target", _augmented_rm3, needs_checkpoint=True,
+           companions=("bm25-flat", "bm25-rm3", "augmented")),
 )}
 
 

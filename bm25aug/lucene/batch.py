@@ -14,6 +14,10 @@ every thread runs without the GIL: Python may encode the next batch meanwhile. P
 polling (``isDone`` under ``JNI_LOCK``, then a short sleep without it), so a Ctrl-C is seen within
 a millisecond and another thread's Java calls never wait for a whole batch. The stream splits a
 chunk into pieces by the JVM's common-pool size (4 pieces of 64 on 2 cores).
+
+The ``Function`` is made once per index, kind and depth (``search_function``). A query whose k-th
+place ties past the hits fetched is searched again deeper on a second pool, never one by one in
+Python (``research/thread_cpu.py`` counts such queries).
 """
 
 from __future__ import annotations
@@ -48,22 +52,32 @@ class _Handles:
         weighted = h.collectArguments(lookup.findVirtual(parser, "parse", mt.methodType(query, [string])), 0, new_parser)
         self.to_query = {ANALYZED: analyzed, WEIGHTED: weighted}  # (String) -> Query
         self.h, self.search = h, j.search
-        self.function, self.callable = cls.forName("java.util.function.Function"), cls.forName("java.util.concurrent.Callable")
+        self.function_type, self.callable = cls.forName("java.util.function.Function"), cls.forName("java.util.concurrent.Callable")
         self.proxies = jclass("java.lang.invoke.MethodHandleProxies")
         stream, collection = cls.forName("java.util.stream.Stream"), cls.forName("java.util.Collection")
         # (Collection texts, Function search) -> Object[]: texts.parallelStream().map(search).toArray()
-        mapped = h.filterArguments(lookup.findVirtual(stream, "map", mt.methodType(stream, [self.function])), 0,
+        mapped = h.filterArguments(lookup.findVirtual(stream, "map", mt.methodType(stream, [self.function_type])), 0,
                                    lookup.findVirtual(collection, "parallelStream", mt.methodType(stream)))
         self.run_all = h.filterReturnValue(mapped, lookup.findVirtual(stream, "toArray", mt.methodType(
             cls.forName("[Ljava.lang.Object;"))))
         self.as_list = jclass("java.util.Arrays").asList
         self.integer = j.integer
-        self._pools: dict[int, object] = {}
+        self._pools: dict[tuple[int, bool], object] = {}
 
-    def pool(self, threads: int):
-        """A ``ForkJoinPool`` of ``threads`` workers, kept for the process (daemon threads)."""
-        if (pool := self._pools.get(threads)) is None:
-            pool = self._pools[threads] = jclass("java.util.concurrent.ForkJoinPool")(threads)
+    def function(self, searcher, kind: str, n: int):
+        """The ``Function`` (query text) -> packed top n of ``searcher``: the search handle with
+        its searcher and depth bound, the text made a query of ``kind`` first."""
+        h = self.h
+        search = h.filterArguments(_bind(h, h.insertArguments(self.search, 2, self.integer(n)), searcher), 0,
+                                   self.to_query[kind])
+        return self.proxies.asInterfaceInstance(self.function_type, search)
+
+    def pool(self, threads: int, deeper: bool = False):
+        """A ``ForkJoinPool`` of ``threads`` workers, kept for the process (daemon threads).
+        ``deeper``: the pool that searches again the queries whose k-th place ties past the hits
+        fetched, apart, so that it never waits behind the next chunk queued on the first."""
+        if (pool := self._pools.get((threads, deeper))) is None:
+            pool = self._pools[threads, deeper] = jclass("java.util.concurrent.ForkJoinPool")(threads)
         return pool
 
 
@@ -78,20 +92,30 @@ def _bind(h, handle, *values):
 handles = process_wide(_Handles)  # () -> _Handles
 
 
+def search_function(index: LuceneIndex, kind: str, n: int):
+    """``index``'s search ``Function`` for texts of ``kind`` and depth ``n``, made once and kept on
+    the index: one made per chunk is new code that the JIT compiles again (its C2 compiler then
+    took most of a core)."""
+    key = (kind, n)
+    with JNI_LOCK:
+        if (function := index.batch_functions.get(key)) is None:
+            function = index.batch_functions[key] = handles().function(index.searcher, kind, n)
+    return function
+
+
 class JavaBatch:
-    """Search ``texts`` (query texts of ``kind``) for their top ``n`` on ``threads`` Java threads,
+    """Search ``texts`` with ``function`` (``search_function``) on ``threads`` Java threads,
     started at once; ``result()`` returns each query's packed hits (``reader.PAIRS`` bytes)."""
 
-    def __init__(self, searcher, kind: str, texts: list[str], n: int, threads: int):
+    def __init__(self, function, texts: list[str], threads: int, deeper: bool = False):
         from jnius import cast
 
         j = handles()
         h = j.h
         with JNI_LOCK:
-            search = h.filterArguments(_bind(h, h.insertArguments(j.search, 2, j.integer(n)), searcher), 0, j.to_query[kind])
-            task = _bind(h, j.run_all, j.as_list(*texts), j.proxies.asInterfaceInstance(j.function, search))
-            self.future = j.pool(threads).submit(cast("java.util.concurrent.Callable",
-                                                      j.proxies.asInterfaceInstance(j.callable, task)))
+            task = _bind(h, j.run_all, j.as_list(*texts), function)
+            self.future = j.pool(threads, deeper).submit(cast("java.util.concurrent.Callable",
+                                                              j.proxies.asInterfaceInstance(j.callable, task)))
 
     def result(self) -> list[bytes]:
         """Wait for the batch (a Java error is raised as pyjnius's ``JavaException``); on an
@@ -119,26 +143,36 @@ class PendingSearch:
     """A batch running on the Java pool (``bm25aug.lucene.batch``); Python is free meanwhile."""
 
     def __init__(self, index: LuceneIndex, kind: str, texts: list[str], k: int, threads: int):
-        self.index, self.kind, self.texts, self.k = index, kind, texts, k
+        self.index, self.kind, self.texts, self.k, self.threads = index, kind, texts, k, threads
         self.n = index.depth(k) if index.num_docs else 0
-        self.batch = JavaBatch(index.searcher, kind, texts, self.n, threads) if texts and self.n else None
+        self.batch = JavaBatch(search_function(index, kind, self.n), texts, threads) if texts and self.n else None
 
     def result(self) -> list[TopK]:
         if self.batch is None:
             return [EMPTY] * len(self.texts)
+        results = self._packed(self.batch, self.texts)
+        # As LuceneIndex.deepen, but on the Java pool: a query whose k-th place ties past the hits
+        # fetched is searched again 4x deeper, all such queries of the chunk in one batch.
+        n, short = self.n, [i for i, pairs in enumerate(results) if not self.index.complete(pairs, self.n, self.k)]
+        while short:
+            n = min(n * 4, self.index.num_docs)
+            self.batch = JavaBatch(search_function(self.index, self.kind, n), [self.texts[i] for i in short],
+                                   self.threads, deeper=True)
+            for i, pairs in zip(short, self._packed(self.batch, [self.texts[i] for i in short])):
+                results[i] = pairs
+            short = [i for i in short if not self.index.complete(results[i], n, self.k)]
+        return anserini_top(results, self.k, self.index.id_rank)
+
+    def _packed(self, batch: JavaBatch, texts: list[str]) -> list[np.ndarray]:
+        """Each query's Lucene hits (``PAIRS``); a query Lucene refused is searched alone, for its own error line."""
         from jnius import JavaException
 
         try:
-            packed = self.batch.result()
-        except JavaException as e:  # a query Lucene refused: search one by one for its own error line
-            for text in self.texts:
+            return [np.frombuffer(p, dtype=PAIRS) for p in batch.result()]
+        except JavaException as e:
+            for text in texts:
                 self.index.search(self.index.query(self.kind, text), self.k)
             raise search_error(self.index.path, e) from None
-        results = [np.frombuffer(p, dtype=PAIRS) for p in packed]
-        for i, pairs in enumerate(results):
-            if not self.index.complete(pairs, self.n, self.k):
-                results[i] = self.index.deepen(self.index.query(self.kind, self.texts[i]), pairs, self.n, self.k)
-        return anserini_top(results, self.k, self.index.id_rank)
 
     def cancel(self) -> None:
         if self.batch is not None:

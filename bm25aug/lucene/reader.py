@@ -39,7 +39,8 @@ RAW_FIELD = "raw"  # the document as Anserini stored it (-storeRaw): what the se
 DOCIDS_FILE = "docids.txt"
 K1, B = 0.9, 0.4  # BM25 as Anserini's BEIR regressions run it: the default everywhere
 ANALYZED, WEIGHTED = "analyzed", "weighted"  # query texts: Anserini's bag of words, or term^boost clauses
-TIE_MARGIN = 16  # extra hits fetched so a tie across the k-th place can be resolved by external id
+TIE_MARGIN = 64  # extra hits fetched so that a tie across the k-th place is resolved by external id, mostly without
+# a second search (research/thread_cpu.py counts the SciFact queries that need one: 22 of 300 with 16, none with 64)
 _SPECIAL = re.compile(r'([\\+\-!():^\[\]"{}~*?|&/\s])')
 _KEYWORDS = {"AND", "OR", "NOT"}
 
@@ -163,6 +164,7 @@ class LuceneIndex:
         self.id_rank = np.empty(len(self.docids), np.int64)
         self.id_rank[self.by_id] = np.arange(len(self.docids))
         self._df: dict[tuple[str, str], int] = {}  # a model proposes terms from a fixed vocabulary
+        self.batch_functions: dict[tuple[str, int], object] = {}  # bm25aug.lucene.batch.search_function
 
     def doc_freq(self, term: str, field: str = FIELD) -> int:
         """Documents that contain ``term`` (not analyzed), cached per term."""
@@ -219,6 +221,15 @@ class LuceneIndex:
         """Lucene's own top n by score (ties: lower Lucene doc first), unrounded, as arrays."""
         pairs = self._top(query, n)
         return pairs["doc"].astype(np.int64), pairs["score"].astype(np.float32)
+
+    def raw_ranked(self, query, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The top k in Anserini's order (score, then external id) with Lucene's own, unrounded
+        scores: what Anserini's rerankers (RM3) read before its scores are rounded."""
+        n = self.depth(k)
+        pairs = self.deepen(query, self._top(query, n), n, k)
+        docs, scores = pairs["doc"].astype(np.int64), pairs["score"].astype(np.float32)
+        order = np.lexsort((self.id_rank[docs], -scores))[:k]
+        return docs[order], scores[order]
 
     def _top(self, query, n: int) -> np.ndarray:
         # pyjnius passes the varargs of invokeWithArguments as separate arguments: no argument list to build.

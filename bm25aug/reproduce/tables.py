@@ -22,6 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCH_DATA = {"speed": ROOT / "docs" / "data" / "speed.json", "scale": ROOT / "docs" / "data" / "scale.json",
               "serve": ROOT / "docs" / "data" / "serve.json"}
 BENCH_DATA["throughput"] = BENCH_DATA["speed"]  # the same runs, as ratios
+# An earlier run with two cheaper encoders beside the default (--compare): its latencies only
+BENCH_DATA["encoders"] = ROOT / "docs" / "data" / "speed_encoders.json"
 METRIC_NAMES = {"ndcg@10": "nDCG@10", "recall@100": "R@100", "mrr@10": "MRR@10", "acc@5": "Acc@5",
                 "acc@20": "Acc@20", "acc@100": "Acc@100", "aug_terms_mean": "added terms / query",
                 "added_precision_weight": "added precision (weight)", "latency_ms_p50": "p50 ms",
@@ -68,22 +70,24 @@ def _cell(condition, metric: str) -> str:
     return f"{value:.1f}" if metric in ("aug_terms_mean", "latency_ms_p50") else f"{value:.4f}"
 
 
-def speed_table(recorded: dict) -> str:
-    """Paths as rows, each run (corpus) as five columns: p50, p95, p50 over the floor, QPS on 1 and 2 threads."""
+def speed_table(recorded: dict, qps: bool = True) -> str:
+    """Paths as rows, each run (corpus) as five columns: p50, p95, p50 over the floor, QPS on 1
+    and 2 threads (``qps=False``: the first three, and no peer row)."""
     runs = recorded["runs"]
+    width = 5 if qps else 3
     head = ["path"]
     for run in runs:
-        head += [f"{_corpus(run)} p50 ms", "p95 ms", "p50 / floor", "QPS 1 thread", "QPS 2 threads"]
+        head += [f"{_corpus(run)} p50 ms", "p95 ms", "p50 / floor", "QPS 1 thread", "QPS 2 threads"][:width]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for path in runs[0]["paths"]:
         cells = [path]
         for run in runs:
             got, floor = run["paths"].get(path), run["paths"]["floor"]["p50_ms"]
-            cells += ["", "", "", "", ""] if got is None else [
+            cells += [""] * width if got is None else [
                 f"{got['p50_ms']:.2f}", f"{got['p95_ms']:.2f}", f"{got['p50_ms'] / floor:.2f}x",
-                f"{got['qps_1t']:,.0f}" if "qps_1t" in got else "", f"{got['qps_2t']:,.0f}" if "qps_2t" in got else ""]
+                f"{got['qps_1t']:,.0f}" if "qps_1t" in got else "", f"{got['qps_2t']:,.0f}" if "qps_2t" in got else ""][:width]
         lines.append("| " + " | ".join(cells) + " |")
-    if any(run.get("peer") for run in runs):
+    if qps and any(run.get("peer") for run in runs):
         cells = ["bm25s (peer)"]
         for run in runs:
             peer, floor = run.get("peer"), run["paths"]["floor"]["p50_ms"]
@@ -153,7 +157,7 @@ def serve_table(recorded: dict) -> str:
 def bench_table(name: str) -> str:
     recorded = json.loads(BENCH_DATA[name].read_text(encoding="utf-8"))
     tables = {"speed": speed_table, "throughput": throughput_table, "scale": lambda r: scale_table(r["rows"]),
-              "serve": serve_table}
+              "serve": serve_table, "encoders": lambda r: speed_table(r, qps=False)}
     return tables[name](recorded)
 
 

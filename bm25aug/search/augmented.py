@@ -28,6 +28,7 @@ class AugmentedQuery:
     query: str
     terms: dict[str, float]
     original: dict[str, float]
+    unindexed: frozenset[str] = frozenset()  # query terms no document of the index has (never searched)
 
     @property
     def added(self) -> dict[str, float]:
@@ -36,12 +37,14 @@ class AugmentedQuery:
 
     @property
     def reweighted(self) -> dict[str, tuple[float, float]]:
-        """Query terms as ``token: (BM25 boost, learned boost)``; a learned 0 means dropped."""
+        """Query terms as ``token: (BM25 boost, learned boost)``; a learned 0 means dropped, by the
+        model or, for a term in ``unindexed``, because no document has it."""
         return {t: (c, self.terms.get(t, 0.0)) for t, c in self.original.items()}
 
     def explain(self, top: int = 15) -> str:
         lines = [f"query: {self.query}", "reweighted (bm25 -> learned):"]
-        lines += [f"  {t:<20} {c:5.2f} -> {w:6.3f}" for t, (c, w) in self.reweighted.items()]
+        lines += [f"  {t:<20} {c:5.2f} -> " + ("(in no document of the index)" if t in self.unindexed else f"{w:6.3f}")
+                  for t, (c, w) in self.reweighted.items()]
         added = list(self.added.items())
         lines.append(f"added ({len(added)} terms, top {min(top, len(added))}):")
         lines += [f"  {t:<20} {w:6.3f}" for t, w in added[:top]]
@@ -94,7 +97,9 @@ class AugmentedSearcher:
         return self.bm25.indexed(prune(self.encoder.encode(query), self.top_k, self.threshold))
 
     def augment(self, query: str) -> AugmentedQuery:
-        return AugmentedQuery(query, self.term_list(query), self.bm25.query_terms(query))
+        original = self.bm25.query_terms(query)
+        return AugmentedQuery(query, self.term_list(query), original,
+                              frozenset(t for t in original if not self.bm25.index.doc_freq(t)))
 
     def search_arrays(self, query: str, k: int = 1000) -> TopK:
         return self.bm25.search_terms_arrays(self.term_list(query), k)

@@ -58,6 +58,7 @@ class DocumentResponse(BaseModel):
 class Reweighted(BaseModel):
     bm25: float
     learned: float
+    indexed: bool = Field(description="whether any document has the term (a term none has is never searched)")
 
 
 class AugmentResponse(BaseModel):

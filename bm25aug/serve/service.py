@@ -213,7 +213,8 @@ class SearchService:
         augmented = await self._blocking(backend.augmented.augment, query)
         return {"api": API, "index": index, "query": {"text": query}, "terms": augmented.terms,
                 "added": augmented.added,
-                "reweighted": {t: {"bm25": c, "learned": w} for t, (c, w) in augmented.reweighted.items()}}
+                "reweighted": {t: {"bm25": c, "learned": w, "indexed": t not in augmented.unindexed}
+                               for t, (c, w) in augmented.reweighted.items()}}
 
     async def document(self, index: str, docid: str, parse: bool = True) -> dict:
         """Anserini's ``DocumentResponse``: ``{api, index, docid, doc}``."""

@@ -25,6 +25,9 @@ NEGATIVES = ("bm25", "dpr")
 AUG_INITS = ("embeddings", "centered", "random")
 DEVICES = ("auto", "cpu", "cuda")  # bm25aug.train.trainer.resolve_device
 _MODEL = AugmenterConfig()
+# Settings that shape a new model; --init-from brings its model's own instead.
+MODEL_SETTINGS = ("encoder", "encoder_layers", "use_weights", "use_augmentation", "max_query_length", "pooling",
+                  "weight_floor", "aug_threshold", "aug_layer", "aug_init")
 
 
 def arg(default, help: str, flag: str | None = None, choices: tuple | None = None, cli: bool = True, **kw):
@@ -99,6 +102,9 @@ class TrainConfig:
                                            "as the paper); w always reads the last")
     aug_init: str = arg(_MODEL.aug_init, "the a(q) head's start: the word-embedding matrix, the same with each "
                                          "word's bias centred on the training queries, or random", choices=AUG_INITS)
+    init_from: str | None = arg(None, "start from this trained model (its encoder, heads and model settings) instead "
+                                      "of the pretrained encoder, e.g. the general model fine-tuned on one corpus "
+                                      "(same target)")
     teacher: str | None = arg(None, "a trained model whose BM25 scores over each batch this one also learns to "
                                     "match (distillation; same target and vocabulary)")
     distill_weight: float = arg(1.0, "weight of the distillation term (with --teacher)")

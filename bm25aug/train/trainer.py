@@ -13,6 +13,7 @@ import contextlib
 import logging
 import pickle
 import random
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ from bm25aug.model.encoder import encode_queries
 from bm25aug.model.tokenization import vocab_hash
 from bm25aug.progress import progress
 from bm25aug.search.bm25 import mean_added_terms
-from bm25aug.train.arguments import DEVICES, TrainConfig
+from bm25aug.train.arguments import DEVICES, MODEL_SETTINGS, TrainConfig
 from bm25aug.train.callbacks import TrainerCallback, default_callbacks
 from bm25aug.train.corpora import TrainingCorpus, epoch_batches, load_corpus, run_name, steps_per_epoch, write_dev_split
 from bm25aug.train.examples import Example
@@ -57,7 +58,8 @@ class Trainer:
         self.name = run_name(datasets)
         encoder = config.encoder if config.encoder and Path(config.encoder).exists() else None
         inputs = {**{f"the dataset {d.name}": d.path for d in datasets},
-                  **{f"the index {i}": i for i in indexes}, "the teacher": config.teacher, "--encoder": encoder}
+                  **{f"the index {i}": i for i in indexes}, "the teacher": config.teacher, "--encoder": encoder,
+                  "--init-from": config.init_from}
         check_outputs({"--output-dir": self.out}, inputs, folders=("--output-dir",))
         refuse_foreign(self.out, RUN_MARKER, "--output-dir", earlier_run)  # before a minute of loading
         refuse_finished(self.out, resume)
@@ -77,9 +79,16 @@ class Trainer:
             raise
 
     def _new_model(self) -> QueryAugmenter:
-        """A model on the pretrained encoder; a layer count the encoder lacks stops here, before
-        the output folder is written."""
+        """A model on the pretrained encoder (or ``--init-from``'s trained one); a layer count the
+        encoder lacks stops here, before the output folder is written."""
         c = self.config
+        if c.init_from:
+            defaults = {f.name: f.default for f in fields(TrainConfig)}
+            if set_here := [name for name in MODEL_SETTINGS if getattr(c, name) != defaults[name]]:
+                flag = "--" + set_here[0].replace("_", "-")
+                raise UserError(f"{flag} is a model setting, and --init-from {c.init_from} brings its model's own; "
+                                f"fix: leave {flag} out (or train from the pretrained encoder without --init-from)")
+            return self._trained(c.init_from, "--init-from").train()
         return QueryAugmenter.from_encoder(
             c.encoder, c.encoder_layers, use_weights=c.use_weights, use_augmentation=c.use_augmentation,
             max_query_length=c.max_query_length, target=c.target, weight_floor=c.weight_floor,
@@ -102,7 +111,7 @@ class Trainer:
                 module.to(self.device)
         write_dev_split(self.corpora, self.out / "dev_split.json")
         self.examples = [e for c in self.corpora for e in c.examples]  # every corpus's, for the head and the gate
-        if fresh and config.aug_init == "centered":
+        if fresh and config.aug_init == "centered" and not config.init_from:
             self.model.center_aug_head([e.query for e in self.examples])
         # The document rows training reads up front; random negatives (and a random one for a query
         # without hard negatives) are read when first drawn.
@@ -246,15 +255,19 @@ class Trainer:
 
     def _teacher(self) -> QueryAugmenter | None:
         """The ``--teacher`` model (on the CPU until the model moves), checked for its target."""
-        from bm25aug.eval.evaluate import resolve_checkpoint
-
         if not self.config.teacher:
             return None
-        teacher = QueryAugmenter.from_pretrained(resolve_checkpoint(self.config.teacher, self.name, False))
-        if teacher.config.target != self.config.target:
-            raise UserError(f"--teacher {self.config.teacher} serves {teacher.config.target} indexes, this model "
-                            f"{self.config.target} ones; fix: pass a teacher trained with --target {self.config.target}")
-        return teacher.eval()
+        return self._trained(self.config.teacher, "--teacher").eval()
+
+    def _trained(self, path: str, option: str) -> QueryAugmenter:
+        """A trained model named by ``option``, checked to serve this run's target."""
+        from bm25aug.eval.evaluate import resolve_checkpoint
+
+        model = QueryAugmenter.from_pretrained(resolve_checkpoint(path, self.name, False))
+        if model.config.target != self.config.target:
+            raise UserError(f"{option} {path} serves {model.config.target} indexes, this model {self.config.target} "
+                            f"ones; fix: pass a model trained with --target {self.config.target}")
+        return model
 
     @torch.no_grad()
     def _teacher_scores(self, corpus: TrainingCorpus, qb, rows: list[int]) -> torch.Tensor | None:

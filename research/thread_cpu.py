@@ -1,0 +1,82 @@
+"""Where a batch search's CPU goes, thread by thread: Lucene's pool, Python, the JIT, the GC.
+
+    python research/thread_cpu.py [--dataset scifact] [--warmup 30] [--rounds 5]
+
+bm25-flat ``batch_search_arrays`` over the split's queries (k=1000) on 1 and 2 threads, after
+``--warmup`` batches (the JVM's C2 compiler keeps compiling Lucene's code for thousands of
+queries). Prints wall ms per query and each thread group's CPU ms per query, read from
+``/proc/self/task`` (Linux only): what keeps two threads from halving the wall time; first, how
+many queries tie past ``reader.TIE_MARGIN`` hits beyond the k-th (those are searched again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import time
+
+import numpy as np
+
+from bm25aug.data.registry import load_dataset
+from bm25aug.errors import UserError
+from bm25aug.lucene.index import ensure_index
+from bm25aug.search.bm25 import BM25Searcher
+
+_TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def thread_ticks() -> dict[str, int]:
+    """CPU ticks (user + system) so far per thread group (the thread name less its number)."""
+    out: dict[str, int] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            name = open(f"/proc/self/task/{tid}/comm").read().strip()
+            fields = open(f"/proc/self/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        group = re.sub(r"[-#]?\d+[-\d]*$", "", name)
+        out[group] = out.get(group, 0) + int(fields[11]) + int(fields[12])
+    return out
+
+
+def tie_runs(flat: BM25Searcher, queries: list[str], k: int = 1000) -> np.ndarray:
+    """Per query, how many hits past the k-th tie with it (what ``reader.TIE_MARGIN`` must cover
+    for batch search to need no second search)."""
+    index, out = flat.index, []
+    for query in queries:
+        _, scores = index.raw_top(index.analyzed_query(query), index.num_docs)
+        out.append(0 if len(scores) <= k else int(np.flatnonzero(scores == scores[k - 1])[-1]) - (k - 1))
+    return np.asarray(out)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dataset", default="scifact")
+    p.add_argument("--warmup", type=int, default=30, help="batches before measuring")
+    p.add_argument("--rounds", type=int, default=5, help="batches measured per thread count")
+    args = p.parse_args()
+    try:
+        dataset = load_dataset(args.dataset)
+        flat = BM25Searcher(ensure_index(dataset, "flat"))
+    except UserError as e:
+        raise SystemExit(f"error: {e}") from None
+    queries = list(dataset.split(dataset.spec.eval_split).queries.values())
+    ties = tie_runs(flat, queries)
+    print(f"k=1000: queries whose k-th place ties more than 16 / 64 hits past k: {(ties > 16).sum()} / "
+          f"{(ties > 64).sum()} of {len(queries)} (longest {ties.max()})")
+    for _ in range(args.warmup):
+        flat.batch_search_arrays(queries, 1000, threads=1)
+    n = len(queries) * args.rounds
+    for threads in (1, 2):
+        before, start = thread_ticks(), time.perf_counter()
+        for _ in range(args.rounds):
+            flat.batch_search_arrays(queries, 1000, threads=threads)
+        wall, after = time.perf_counter() - start, thread_ticks()
+        cpu = {g: (t - before.get(g, 0)) * _TICK_MS / n for g, t in after.items() if t > before.get(g, 0)}
+        print(f"threads={threads}: wall {wall * 1000 / n:.3f} ms/query; CPU ms/query: "
+              + ", ".join(f"{g} {ms:.3f}" for g, ms in sorted(cpu.items(), key=lambda kv: -kv[1])))
+
+
+if __name__ == "__main__":
+    main()
