@@ -1,5 +1,5 @@
-"""Throughput as every benchmark here measures it, ours and bm25s's alike (no bm25aug import:
-``bm25s_peer.py`` uses it in a process whose peak RSS must stay bm25s's own)."""
+"""Throughput as every benchmark here measures it, ours and bm25s's alike. It imports nothing
+heavy (no torch, no JVM): ``bm25s_peer.py`` uses it in a process whose peak RSS must stay bm25s's own."""
 
 from __future__ import annotations
 

@@ -51,6 +51,9 @@ def test_ties_across_the_kth_place_go_to_the_smaller_external_id(tmp_path, monke
             assert [[(h.docid, h.score) for h in hits] for hits in batch.values()] == [
                 pyserini_hits(flat, "apple banana", k), pyserini_hits(flat, "apple", k)]
     assert any(deeper), "no batch searched a long tie again, deeper"
+    made = dict(ours.index.batch_functions)  # one search Function per kind and depth, made once
+    ours.batch_search(["apple banana", "apple"], ["a", "b"], 5, threads=2)
+    assert ours.index.batch_functions == made and all(n <= 151 for _, n in made)
 
 
 def test_weighted_terms_are_not_parsed_as_operators(tiny_wp):

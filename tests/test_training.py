@@ -331,7 +331,7 @@ def test_init_from_starts_from_a_trained_models_weights(tiny_wp, tmp_path):
     assert any(not torch.equal(a, b) for a, b in zip(start.state_dict().values(), after.state_dict().values()))
     with pytest.raises(UserError, match="--init-from"):
         Trainer(tiny_config(tmp_path / "wp", init_from=str(base)), ds, wp)
-    with pytest.raises(UserError, match="--encoder-layers is a model setting"):
+    with pytest.raises(UserError, match="sets --encoder-layers 1 .* a model setting"):
         Trainer(tiny_config(tmp_path / "x", target="flat", init_from=str(base), encoder_layers=1), ds, flat)
     with pytest.raises(UserError, match="--init-from"):
         Trainer(tiny_config(base, target="flat", weight_floor=1.0, init_from=str(base)), ds, flat)

@@ -86,8 +86,9 @@ class Trainer:
             defaults = {f.name: f.default for f in fields(TrainConfig)}
             if set_here := [name for name in MODEL_SETTINGS if getattr(c, name) != defaults[name]]:
                 flag = "--" + set_here[0].replace("_", "-")
-                raise UserError(f"{flag} is a model setting, and --init-from {c.init_from} brings its model's own; "
-                                f"fix: leave {flag} out (or train from the pretrained encoder without --init-from)")
+                raise UserError(f"this run sets {flag} {getattr(c, set_here[0])} (on the command line or in its recipe), "
+                                f"a model setting, but --init-from {c.init_from} brings its model's own; fix: leave "
+                                f"{flag} out, or train from the pretrained encoder without --init-from")
             return self._trained(c.init_from, "--init-from").train()
         return QueryAugmenter.from_encoder(
             c.encoder, c.encoder_layers, use_weights=c.use_weights, use_augmentation=c.use_augmentation,
@@ -111,7 +112,7 @@ class Trainer:
                 module.to(self.device)
         write_dev_split(self.corpora, self.out / "dev_split.json")
         self.examples = [e for c in self.corpora for e in c.examples]  # every corpus's, for the head and the gate
-        if fresh and config.aug_init == "centered" and not config.init_from:
+        if fresh and config.aug_init == "centered":  # never with --init-from (refused in _new_model)
             self.model.center_aug_head([e.query for e in self.examples])
         # The document rows training reads up front; random negatives (and a random one for a query
         # without hard negatives) are read when first drawn.
