@@ -424,10 +424,12 @@ def test_doc_ids_a_run_file_cannot_hold_are_refused(tmp_path, docid):
 
 # ---------------------------------------------------------------------------------- 7. interrupts, leftovers
 def test_sigint_reaches_python_once_the_jvm_runs():
-    """The kernel may hand the signal to a JVM thread: Python then sees it at its next check, not
-    by an interrupted sleep, so the child sleeps in short steps (one 10 s sleep ran to its end
-    under load and the interrupt came after the try block)."""
-    code = ("import os, signal, time\nfrom bm25aug.lucene.jvm import start_jvm\nstart_jvm()\n"
+    """The child puts Python's own SIGINT handler in place first (a runner may start the tests
+    with SIGINT ignored, as a background job of a non-interactive shell is, and Python keeps
+    that), then starts the JVM, which must leave the handler alone (-Xrs). It sleeps in short
+    steps: the kernel may hand the signal to a JVM thread, and Python sees it at its next check."""
+    code = ("import os, signal, time\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "from bm25aug.lucene.jvm import start_jvm\nstart_jvm()\n"
             "try:\n    os.kill(os.getpid(), signal.SIGINT)\n    for _ in range(1000):\n        time.sleep(0.01)\n"
             "except KeyboardInterrupt:\n    print('caught')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
