@@ -155,10 +155,9 @@ class PendingSearch:
         # fetched is searched again 4x deeper, all such queries of the chunk in one batch.
         n, short = self.n, [i for i, pairs in enumerate(results) if not self.index.complete(pairs, self.n, self.k)]
         while short:
-            n = min(n * 4, self.index.num_docs)
-            self.batch = JavaBatch(search_function(self.index, self.kind, n), [self.texts[i] for i in short],
-                                   self.threads, deeper=True)
-            for i, pairs in zip(short, self._packed(self.batch, [self.texts[i] for i in short])):
+            n, texts = min(n * 4, self.index.num_docs), [self.texts[i] for i in short]
+            self.batch = JavaBatch(search_function(self.index, self.kind, n), texts, self.threads, deeper=True)
+            for i, pairs in zip(short, self._packed(self.batch, texts)):
                 results[i] = pairs
             short = [i for i in short if not self.index.complete(results[i], n, self.k)]
         return anserini_top(results, self.k, self.index.id_rank)

@@ -99,7 +99,7 @@ class AugmentedSearcher:
     def augment(self, query: str) -> AugmentedQuery:
         original = self.bm25.query_terms(query)
         return AugmentedQuery(query, self.term_list(query), original,
-                              frozenset(t for t in original if not self.bm25.index.doc_freq(t)))
+                              frozenset(original.keys() - self.bm25.indexed(original).keys()))
 
     def search_arrays(self, query: str, k: int = 1000) -> TopK:
         return self.bm25.search_terms_arrays(self.term_list(query), k)

@@ -70,7 +70,9 @@ class RM3Searcher:
     def __init__(self, first: BM25Searcher | AugmentedSearcher, params: RM3 = RM3()):
         self.first, self.bag_of_words = first, isinstance(first, BM25Searcher)
         self.bm25: BM25Searcher = first if self.bag_of_words else first.bm25
-        self.params = RM3(*(check(name, getattr(params, name), name) for name in ("fb_terms", "fb_docs", "original_weight")))
+        for name in ("fb_terms", "fb_docs", "original_weight"):
+            check(name, getattr(params, name), name)
+        self.params = params
         if not 0 < params.original_weight < 1:  # at 0 or 1 Anserini keeps boost-0 clauses, which match with score 0
             raise UserError(f"original_weight {params.original_weight} must lie strictly between 0 and 1; fix: pass "
                             f"e.g. 0.5 (Pyserini's default)")

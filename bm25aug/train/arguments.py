@@ -114,6 +114,13 @@ class TrainConfig:
         check_all(self)
         check_choice("--negatives", self.negatives, NEGATIVES)
         check_choice("--aug-init", self.aug_init, AUG_INITS)
+        if self.init_from:
+            defaults = {f.name: f.default for f in fields(self)}
+            if set_here := [name for name in MODEL_SETTINGS if getattr(self, name) != defaults[name]]:
+                flag = "--" + set_here[0].replace("_", "-")
+                raise UserError(f"this run sets {flag} {getattr(self, set_here[0])} (on the command line or in its "
+                                f"recipe), a model setting, but --init-from {self.init_from} brings its model's own; "
+                                f"fix: leave {flag} out, or train from the pretrained encoder without --init-from")
 
     @classmethod
     def for_dataset(cls, dataset: str, recipe: str | None = None, **overrides) -> "TrainConfig":

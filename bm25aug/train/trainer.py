@@ -13,7 +13,6 @@ import contextlib
 import logging
 import pickle
 import random
-from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +29,7 @@ from bm25aug.model.encoder import encode_queries
 from bm25aug.model.tokenization import vocab_hash
 from bm25aug.progress import progress
 from bm25aug.search.bm25 import mean_added_terms
-from bm25aug.train.arguments import DEVICES, MODEL_SETTINGS, TrainConfig
+from bm25aug.train.arguments import DEVICES, TrainConfig
 from bm25aug.train.callbacks import TrainerCallback, default_callbacks
 from bm25aug.train.corpora import TrainingCorpus, epoch_batches, load_corpus, run_name, steps_per_epoch, write_dev_split
 from bm25aug.train.examples import Example
@@ -82,13 +81,7 @@ class Trainer:
         """A model on the pretrained encoder (or ``--init-from``'s trained one); a layer count the
         encoder lacks stops here, before the output folder is written."""
         c = self.config
-        if c.init_from:
-            defaults = {f.name: f.default for f in fields(TrainConfig)}
-            if set_here := [name for name in MODEL_SETTINGS if getattr(c, name) != defaults[name]]:
-                flag = "--" + set_here[0].replace("_", "-")
-                raise UserError(f"this run sets {flag} {getattr(c, set_here[0])} (on the command line or in its recipe), "
-                                f"a model setting, but --init-from {c.init_from} brings its model's own; fix: leave "
-                                f"{flag} out, or train from the pretrained encoder without --init-from")
+        if c.init_from:  # its model settings (TrainConfig refuses any set here) come with it
             return self._trained(c.init_from, "--init-from").train()
         return QueryAugmenter.from_encoder(
             c.encoder, c.encoder_layers, use_weights=c.use_weights, use_augmentation=c.use_augmentation,
@@ -112,7 +105,7 @@ class Trainer:
                 module.to(self.device)
         write_dev_split(self.corpora, self.out / "dev_split.json")
         self.examples = [e for c in self.corpora for e in c.examples]  # every corpus's, for the head and the gate
-        if fresh and config.aug_init == "centered":  # never with --init-from (refused in _new_model)
+        if fresh and config.aug_init == "centered":  # never with --init-from (TrainConfig refuses it)
             self.model.center_aug_head([e.query for e in self.examples])
         # The document rows training reads up front; random negatives (and a random one for a query
         # without hard negatives) are read when first drawn.
