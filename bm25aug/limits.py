@@ -98,6 +98,7 @@ RANGES: dict[str, Range] = {
     "encoder_layers": Range(0, None, integer=True),
     "aug_layer": Range(-1, None, integer=True, note="-1: the last layer"),
     "distill_weight": Range(0, None),
+    "feedback_terms": Range(0, 100, integer=True, note="0: the query alone"),
 }
 
 

@@ -335,3 +335,27 @@ def test_init_from_starts_from_a_trained_models_weights(tiny_wp, tmp_path):
         Trainer(tiny_config(tmp_path / "x", target="flat", init_from=str(base), encoder_layers=1), ds, flat)
     with pytest.raises(UserError, match="--init-from"):
         Trainer(tiny_config(base, target="flat", weight_floor=1.0, init_from=str(base)), ds, flat)
+
+
+def test_learned_feedback_trains_on_each_examples_rm3_terms(tmp_path):
+    """Each training query carries the feedback search would give it; best/ keeps the setting.
+    (RM3 keeps terms in at most 10% of the documents: filler documents make the tiny ones rare.)"""
+    from bm25aug.data.registry import load_dataset
+    from bm25aug.lucene.index import ensure_index
+    from bm25aug.model.augmenter import QueryAugmenter
+    from bm25aug.search.feedback import FeedbackTerms
+
+    from conftest import TINY_DOCS, write_beir
+
+    filler = {f"f{i}": ("Filler", f"an unrelated note, number {i}") for i in range(40)}
+    ds = load_dataset(str(write_beir(tmp_path / "tiny", docs={**TINY_DOCS, **filler})))
+    flat = ensure_index(ds, "flat", tmp_path / "indexes")
+    out = tmp_path / "fb"
+    trainer = Trainer(tiny_config(out, target="flat", weight_floor=1.0, feedback_terms=5), ds, flat)
+    feedback = FeedbackTerms(trainer.corpora[0].searcher, 5, trainer.model.tokenizer)
+    assert [e.feedback for e in trainer.examples] == feedback.texts([e.query for e in trainer.examples])
+    assert any(e.feedback for e in trainer.examples)
+    trainer.train()
+    best = QueryAugmenter.from_pretrained(out / "best")
+    assert best.config.feedback_terms == 5 and best.config.aug_gate >= 1
+    assert "reads the top 5 RM3 terms" in (out / "best" / "README.md").read_text()

@@ -33,7 +33,7 @@ from torch import nn
 
 from bm25aug.errors import UserError
 from bm25aug.model.config import CONFIG_NAME, PAPER_ENCODER, AugmenterConfig
-from bm25aug.model.encoder import QueryEncoder
+from bm25aug.model.encoder import QueryEncoder, check_feedback
 from bm25aug.model.card import CARD_NAME, card_text
 from bm25aug.model.tokenization import hub_then_local, portable_name, vocab_hash
 
@@ -124,9 +124,12 @@ class QueryAugmenter(nn.Module, QueryEncoder):
                             f"fix: pass 0 (the embeddings) to {depth}, or -1 (the last layer)")
         return cls(AugmenterConfig(encoder=portable_name(name), vocab_hash=vocab_hash(tok), **config), encoder, tok)
 
-    def tokenize(self, queries: list[str]) -> dict[str, torch.Tensor]:
-        """The encoder's input for ``queries`` (the target's window: ``max_query_length`` tokens)."""
+    def tokenize(self, queries: list[str], feedback: list[str] | None = None) -> dict[str, torch.Tensor]:
+        """The encoder's input for ``queries`` (the target's window: ``max_query_length`` tokens),
+        each followed by its ``feedback`` text for a learned-feedback model (``Target.with_feedback``)."""
         ids, mask, _ = self.target.encode_window(queries)
+        if feedback is not None:
+            ids, mask = self.target.with_feedback(ids, mask, feedback)
         return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
 
     @property
@@ -145,6 +148,8 @@ class QueryAugmenter(nn.Module, QueryEncoder):
         rows no index term can use; the numbers on those entries are the same."""
         hidden, pooled_from = self._states(input_ids, attention_mask)
         real = attention_mask.bool() & ~self.special[input_ids]  # query tokens, not [CLS]/[SEP]/[UNK]
+        if self.config.reads_feedback:  # the feedback after the query's [SEP] is read, never weighted
+            real = real & (torch.cumsum((input_ids == self.tokenizer.sep_token_id).long(), dim=1) == 0)
         if self.config.use_weights:
             w = torch.relu(self.weight_head(hidden).squeeze(-1))
         else:
@@ -199,10 +204,10 @@ class QueryAugmenter(nn.Module, QueryEncoder):
         self.train(was_training)
 
     @torch.inference_mode()
-    def encode_batch(self, texts: list[str]) -> list[dict[str, float]]:
+    def encode_batch(self, texts: list[str], feedback: list[str] | None = None) -> list[dict[str, float]]:
         if not texts:
             return []
-        batch = self.target.batch(texts)
+        batch = self.target.batch(texts, check_feedback(self.config, feedback))
         device = self.encoder.get_input_embeddings().weight.device  # never quantized (see quantized())
         out = self(torch.from_numpy(batch.input_ids).to(device), torch.from_numpy(batch.attention_mask).to(device))
         a = self.target.live_part(out.augmentation)

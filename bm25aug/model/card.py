@@ -23,6 +23,8 @@ def card_text(config, layers: int, training: dict | None = None) -> str:
             ("per-token weights w(q)", f"on, at least {config.weight_floor:g}" if config.use_weights else "off (w = 1)"),
             ("added terms a(q)", a if config.use_augmentation else "off (a = 0)"),
             ("a(q) pooling", config.pooling), ("query window", f"{config.max_query_length} tokens"),
+            ("learned feedback", f"reads the top {config.feedback_terms} RM3 terms of a first BM25 search"
+             if config.reads_feedback else "off (reads the query alone)"),
             ("vocabulary hash", config.vocab_hash or "-")]
     lines = ["# bm25aug query augmenter", "",
              "A query rewriter for BM25: it reads a query and returns weighted terms that Lucene scores on a stock "

@@ -52,6 +52,10 @@ class AugmenterConfig:
     # (0: the embeddings, each token's word and position vectors; -1: the last layer, as the paper).
     # w always reads the last layer.
     aug_layer: int = -1
+    # Learned feedback: the encoder reads, after the query and a [SEP], the surface words of the top
+    # this-many terms of BM25's RM3 relevance model that the query lacks (0: the query alone). Such
+    # a model searches the index once before it encodes (``bm25aug.search.feedback.FeedbackEncoder``).
+    feedback_terms: int = 0
 
     def __post_init__(self) -> None:
         """A hand-edited config (a negative gate silently switched a(q) off) is refused on load."""
@@ -63,6 +67,13 @@ class AugmenterConfig:
             if isinstance(f.default, (bool, str)) and type(value) is not type(f.default):
                 kind = "true or false" if isinstance(f.default, bool) else "a quoted string"
                 raise UserError(f"{f.name} must be {kind}, not {value!r}; fix: write it as {kind}")
+
+    @property
+    def reads_feedback(self) -> bool:
+        """Whether the model reads BM25 feedback: ``feedback_terms`` set, unless the model is
+        plain BM25 (w ≡ 1, a ≡ 0, as the significance check leaves one that did not beat BM25),
+        which reads nothing and so searches nothing first."""
+        return bool(self.feedback_terms) and (self.use_weights or self.use_augmentation)
 
     @classmethod
     def load(cls, path: str | Path) -> "AugmenterConfig":

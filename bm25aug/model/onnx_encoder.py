@@ -24,7 +24,7 @@ import torch
 
 from bm25aug.io import CACHE_ROOT, atomic_dir, derived_ok, digest, record_derived, source_key
 from bm25aug.limits import RUNTIMES, check_choice
-from bm25aug.model.encoder import QueryEncoder
+from bm25aug.model.encoder import QueryEncoder, check_feedback
 from bm25aug.model.augmenter import CONFIG_NAME, WEIGHTS_NAME, QueryAugmenter
 
 log = logging.getLogger(__name__)
@@ -124,10 +124,10 @@ class OnnxQueryEncoder(QueryEncoder):
         self.config, self.tokenizer, self.target = model.config, model.tokenizer, model.target
         self.path = model.path
 
-    def encode_batch(self, texts: list[str]) -> list[dict[str, float]]:
+    def encode_batch(self, texts: list[str], feedback: list[str] | None = None) -> list[dict[str, float]]:
         if not texts:
             return []
-        batch = self.target.batch(texts)
+        batch = self.target.batch(texts, check_feedback(self.config, feedback))
         w, a = self.session.run(None, {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask})
         return self.target.term_lists(batch, w, a)
 

@@ -59,6 +59,7 @@ class Target:
 
         self.tokenizer, self.config, self.max_length = tokenizer, config, config.max_query_length
         self.window = window_tokenizer(tokenizer, self.max_length)  # what the encoder reads of a query
+        self.feedback_window = window_tokenizer(tokenizer, self.max_length, pad=False)  # and of its feedback
         self.floor = np.float32(config.weight_floor)
         self.special = np.zeros(len(tokenizer), dtype=bool)
         self.special[tokenizer.all_special_ids] = True
@@ -71,7 +72,26 @@ class Target:
         return (np.array([e.ids for e in encodings], np.int64),
                 np.array([e.attention_mask for e in encodings], np.int64), encodings)
 
-    def batch(self, queries: list[str]) -> QueryBatch:
+    def with_feedback(self, ids: np.ndarray, mask: np.ndarray, feedback: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``[CLS] query [SEP] feedback [SEP]`` per row (a learned-feedback model's input; a row
+        with no feedback stays the query alone), padded to the longest. The query keeps its
+        positions, so its occurrences' spans hold; the feedback gets ``max_query_length`` tokens."""
+        if len(feedback) != len(ids):
+            raise UserError(f"{len(feedback)} feedback texts for {len(ids)} queries; fix: pass one per query")
+        sep = self.tokenizer.sep_token_id
+        rows = []
+        for i, extra in enumerate(self.feedback_window.encode_batch(list(feedback), add_special_tokens=False)):
+            query = ids[i, :int(mask[i].sum())].tolist()
+            rows.append(query + extra.ids + [sep] if extra.ids else query)
+        width = max(map(len, rows))
+        out = np.full((len(rows), width), self.tokenizer.pad_token_id, np.int64)
+        out_mask = np.zeros((len(rows), width), np.int64)
+        for i, row in enumerate(rows):
+            out[i, :len(row)], out_mask[i, :len(row)] = row, 1
+        return out, out_mask
+
+    def batch(self, queries: list[str], feedback: list[str] | None = None) -> QueryBatch:
+        """``feedback``: per query, the text a learned-feedback model reads after it (``with_feedback``)."""
         ids, mask, encodings = self.encode_window(queries)
         real = (mask > 0) & ~self.special[ids]
         terms, spans = [], []
@@ -79,6 +99,8 @@ class Target:
             t, s = self.occurrences(query, np.array(encodings[i].offsets, np.int64), real[i])
             terms.append(t)
             spans.append(s)
+        if feedback is not None:
+            ids, mask = self.with_feedback(ids, mask, feedback)
         return QueryBatch(ids, mask, terms, spans, real.any(axis=1))
 
     def occurrences(self, query: str, offsets: np.ndarray, real: np.ndarray) -> tuple[list[str], list[list[int]]]:

@@ -150,15 +150,18 @@ def untruncated(tokenizer):
     return cached
 
 
-def window_tokenizer(tokenizer, max_length: int):
+def window_tokenizer(tokenizer, max_length: int, pad: bool = True):
     """A private copy of the Rust tokenizer that truncates to ``max_length`` and pads to the
-    longest text, as ``tokenizer(texts, padding=True, truncation=True, max_length=max_length)``
+    longest text (``pad``), as ``tokenizer(texts, padding=True, truncation=True, max_length=max_length)``
     does, without that call's Python work per call (about as much as the encoding itself) or its
     changes to the backend it shares with everything else, so threads may use it."""
     backend = _private_copy(tokenizer)
     backend.enable_truncation(max_length)
-    backend.enable_padding(pad_id=tokenizer.pad_token_id, pad_type_id=tokenizer.pad_token_type_id,
-                           pad_token=tokenizer.pad_token)
+    if pad:
+        backend.enable_padding(pad_id=tokenizer.pad_token_id, pad_type_id=tokenizer.pad_token_type_id,
+                               pad_token=tokenizer.pad_token)
+    else:
+        backend.no_padding()
     return backend
 
 

@@ -19,6 +19,7 @@ from bm25aug.lucene.reader import B, K1, WEIGHTED
 from bm25aug.model.encoder import QueryEncoder, encode_queries, prune
 from bm25aug.search.batch import check_qids, search_chunks
 from bm25aug.search.bm25 import BM25Searcher, Hit, terms_text
+from bm25aug.search.feedback import reading_feedback
 
 
 @dataclass
@@ -68,7 +69,7 @@ class AugmentedSearcher:
             raise UserError(f"the checkpoint was trained against vocabulary {encoder.config.vocab_hash} but "
                             f"{searcher.index_dir} has {searcher.meta.vocab_hash}; fix: use a wp index built "
                             f"with the checkpoint's tokenizer")
-        self.encoder, self.bm25 = encoder, searcher
+        self.encoder, self.bm25 = reading_feedback(encoder, searcher), searcher  # learned feedback: RM3 terms first
         self.top_k, self.threshold = check("top_k", top_k), check("threshold", threshold)
         self.encode_batch_size = check("encode_batch_size", encode_batch_size)
 

@@ -15,6 +15,10 @@ arithmetic, over a weighted term list ``{term: boost}``:
 5. searched again, as boosted term queries, for k hits in Anserini's order.
 
 On a bag-of-words query it reproduces Pyserini's bm25-rm3 run (``tests/test_feedback.py``).
+
+The same relevance model feeds **learned feedback**: a model trained with ``feedback_terms`` N
+reads each query followed by the surface words of its N heaviest feedback terms that the query
+lacks (``FeedbackTerms``), and ``FeedbackEncoder`` gives it them, one first search per query.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from bm25aug.errors import UserError
 from bm25aug.limits import check, check_query
 from bm25aug.lucene.doc_terms import DocTermReader
 from bm25aug.lucene.ranking import EMPTY, TopK
+from bm25aug.model.encoder import QueryEncoder
 from bm25aug.progress import progress
 from bm25aug.search.bm25 import BM25Searcher
 
@@ -109,11 +114,9 @@ class RM3Searcher:
             self._cache[doc] = got
         return got
 
-    def expand(self, terms: dict[str, float]) -> dict[str, float]:
-        """The RM3 query of a first-stage term list (``{}``: no terms, nothing to search)."""
-        terms = {t: w for t, w in terms.items() if w > 0}
-        if not terms:
-            return {}
+    def relevance(self, terms: dict[str, float]) -> dict[str, np.float32]:
+        """The relevance model of a first-stage term list (boosts > 0): its ``fb_terms`` feedback
+        terms, L1-normalized, heaviest first (ties by term)."""
         docs, scores = self.index.raw_ranked(self.index.weighted_query(terms), self.params.fb_docs)
         model: dict[str, np.float32] = {}
         for doc, score in zip(docs.tolist(), scores):
@@ -121,7 +124,14 @@ class RM3Searcher:
                 model[term] = np.float32(model.get(term, np.float32(0)) + value * score)
         fb_terms, fb_weights = _top_by_value(list(model), np.asarray(list(model.values()), np.float32),
                                              self.params.fb_terms)
-        relevance = dict(zip(fb_terms, _unit_l1(fb_weights))) if fb_terms else {}
+        return dict(zip(fb_terms, _unit_l1(fb_weights))) if fb_terms else {}
+
+    def expand(self, terms: dict[str, float]) -> dict[str, float]:
+        """The RM3 query of a first-stage term list (``{}``: no terms, nothing to search)."""
+        terms = {t: w for t, w in terms.items() if w > 0}
+        if not terms:
+            return {}
+        relevance = self.relevance(terms)
         original = dict(zip(terms, _unit_l1(np.asarray(list(terms.values()), np.float32))))
         # FeatureVector.interpolate: (float) (xWeight * x + (1.0 - xWeight) * y), the first product in float.
         alpha, zero = np.float32(self.params.original_weight), np.float32(0)
@@ -146,3 +156,58 @@ class RM3Searcher:
             lists = self.first.term_lists(list(queries), threads)
         expanded = [self.expand(t) for t in progress(lists, desc=desc, unit="q", disable=desc is None)]
         return self.bm25.batch_search_terms_arrays(expanded, k, threads)
+
+
+class FeedbackTerms:
+    """What a learned-feedback model reads after a query: its BM25 top ``fb_docs`` documents' RM3
+    relevance model (Pyserini's defaults, ``terms`` feedback terms), less the query's own terms,
+    heaviest first, each as a word of the encoder's vocabulary that analyzes to it (the shortest;
+    "diabet" reads as "diabetes"), else as the stemmed term itself."""
+
+    def __init__(self, searcher: BM25Searcher, terms: int, tokenizer):
+        """``tokenizer``: the model's, whose words spell the feedback."""
+        from bm25aug.lucene.analysis import flat_map
+
+        if searcher.meta.flavor != "flat":
+            raise UserError(f"learned feedback reads RM3 terms of a flat index, and {searcher.index_dir} is "
+                            f"{searcher.meta.flavor}; fix: use the dataset's flat index")
+        self.bm25, self.rm3 = searcher, RM3Searcher(searcher, RM3(fb_terms=check("feedback_terms", terms)))
+        fmap, vocab = flat_map(tokenizer), tokenizer.convert_ids_to_tokens
+        words: dict[str, str] = {}
+        for token, term in zip(vocab(fmap.vocab_ids.tolist()), fmap.term_ids.tolist()):
+            stem = fmap.terms[term]
+            if stem not in words or len(token) < len(words[stem]):
+                words[stem] = token
+        self.words = words
+
+    def text(self, query: str) -> str:
+        """The feedback text of one query ("" when it matches nothing)."""
+        terms = self.bm25.query_terms(query) if check_query(query).strip() else {}
+        if not (terms := {t: w for t, w in terms.items() if w > 0}):
+            return ""
+        return " ".join(self.words.get(t, t) for t in self.rm3.relevance(terms) if t not in terms)
+
+    def texts(self, queries: list[str], desc: str | None = None) -> list[str]:
+        return [self.text(q) for q in progress(queries, desc=desc, unit="q", disable=desc is None)]
+
+
+class FeedbackEncoder(QueryEncoder):
+    """A learned-feedback model (``config.reads_feedback``) with the index it reads its
+    feedback from: each query costs one BM25 search and RM3 before it is encoded. Any runtime of
+    the model (``load_encoder``); ``AugmentedSearcher`` wraps such a model in one itself."""
+
+    def __init__(self, model: QueryEncoder, searcher: BM25Searcher):
+        self.model, self.feedback = model, FeedbackTerms(searcher, model.config.feedback_terms, model.tokenizer)
+        self.config, self.tokenizer, self.path = model.config, model.tokenizer, model.path
+        self.batch_exact = model.batch_exact
+
+    def encode_batch(self, texts: list[str], feedback: list[str] | None = None) -> list[dict[str, float]]:
+        return self.model.encode_batch(texts, self.feedback.texts(texts) if feedback is None else feedback)
+
+
+def reading_feedback(encoder: QueryEncoder, searcher: BM25Searcher) -> QueryEncoder:
+    """``encoder`` as it searches ``searcher``: a model that reads feedback (``reads_feedback``)
+    wrapped in a ``FeedbackEncoder`` over that index (once), any other encoder as it is."""
+    if not encoder.config.reads_feedback or isinstance(encoder, FeedbackEncoder):
+        return encoder
+    return FeedbackEncoder(encoder, searcher)

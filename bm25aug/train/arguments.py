@@ -27,7 +27,7 @@ DEVICES = ("auto", "cpu", "cuda")  # bm25aug.train.trainer.resolve_device
 _MODEL = AugmenterConfig()
 # Settings that shape a new model; --init-from brings its model's own instead.
 MODEL_SETTINGS = ("encoder", "encoder_layers", "use_weights", "use_augmentation", "max_query_length", "pooling",
-                  "weight_floor", "aug_threshold", "aug_layer", "aug_init")
+                  "weight_floor", "aug_threshold", "aug_layer", "aug_init", "feedback_terms")
 
 
 def arg(default, help: str, flag: str | None = None, choices: tuple | None = None, cli: bool = True, **kw):
@@ -102,6 +102,9 @@ class TrainConfig:
                                            "as the paper); w always reads the last")
     aug_init: str = arg(_MODEL.aug_init, "the a(q) head's start: the word-embedding matrix, the same with each "
                                          "word's bias centred on the training queries, or random", choices=AUG_INITS)
+    feedback_terms: int = arg(_MODEL.feedback_terms, "learned feedback: the encoder also reads the top N terms of "
+                                                     "BM25's RM3 feedback (the query's first search) that the "
+                                                     "query lacks (flat target; 0: the query alone)")
     init_from: str | None = arg(None, "start from this trained model (its encoder, heads and model settings) instead "
                                       "of the pretrained encoder, e.g. the general model fine-tuned on one corpus "
                                       "(same target)")
@@ -114,6 +117,9 @@ class TrainConfig:
         check_all(self)
         check_choice("--negatives", self.negatives, NEGATIVES)
         check_choice("--aug-init", self.aug_init, AUG_INITS)
+        if self.feedback_terms and self.target != "flat":
+            raise UserError(f"--feedback-terms {self.feedback_terms} reads RM3 terms of a flat index, but --target is "
+                            f"{self.target}; fix: use --target flat, or leave --feedback-terms out")
         if self.init_from:
             defaults = {f.name: f.default for f in fields(self)}
             if set_here := [name for name in MODEL_SETTINGS if getattr(self, name) != defaults[name]]:

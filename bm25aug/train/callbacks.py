@@ -168,7 +168,8 @@ class GateCalibration(TrainerCallback):
         model = QueryAugmenter.from_pretrained(best)
         if not model.config.use_augmentation:
             return  # a ≡ 0: nothing to gate
-        gate = calibrate_gate(model, [e.query for e in trainer.examples], self.quantile)
+        feedback = [e.feedback for e in trainer.examples] if model.config.reads_feedback else None
+        gate = calibrate_gate(model, [e.query for e in trainer.examples], self.quantile, feedback)
         if model.config.aug_gate != gate:
             model.config.aug_gate = gate
             model.save_pretrained(best)
@@ -207,12 +208,14 @@ def default_callbacks(config: TrainConfig, model: nn.Module) -> list[TrainerCall
 
 
 @torch.no_grad()
-def calibrate_gate(model: QueryAugmenter, queries: list[str], quantile: float) -> int:
-    """The ``quantile`` of the gate's count (``Target.gate_counts``) over ``queries``: the most
-    terms the model proposes for queries like those it was trained on (at least 1)."""
+def calibrate_gate(model: QueryAugmenter, queries: list[str], quantile: float, feedback: list[str] | None = None) -> int:
+    """The ``quantile`` of the gate's count (``Target.gate_counts``) over ``queries`` (each with
+    its ``feedback``, for a learned-feedback model): the most terms the model proposes for queries
+    like those it was trained on (at least 1)."""
     counts = []
     for lo in range(0, len(queries), 64):
-        enc = model.tokenize(queries[lo:lo + 64])  # a(q) needs no term occurrences (no Lucene analysis)
+        # a(q) needs no term occurrences (no Lucene analysis)
+        enc = model.tokenize(queries[lo:lo + 64], None if feedback is None else feedback[lo:lo + 64])
         out = model(enc["input_ids"], enc["attention_mask"])
         counts.extend(model.target.gate_counts(model.target.live_part(out.augmentation).numpy()).tolist())
     return max(1, int(math.ceil(np.quantile(counts, quantile)))) if counts else 0

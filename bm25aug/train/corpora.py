@@ -26,6 +26,7 @@ from bm25aug.errors import UserError
 from bm25aug.io import write_json
 from bm25aug.model.targets import ColumnMap
 from bm25aug.search.bm25 import BM25Searcher
+from bm25aug.search.feedback import FeedbackTerms
 from bm25aug.train.arguments import TrainConfig
 from bm25aug.train.examples import Example, build_examples, hard_negatives, hold_out_sentences
 from bm25aug.train.losses import AugmentationLoss, DfWeightedL1
@@ -72,6 +73,10 @@ def load_corpus(config: TrainConfig, dataset: Dataset, index: Path, model, out: 
                         f"fix: check the train qrels / positive_ctxs")
     qrels_rows = {e.qid: set(e.positives) for e in examples}
     hold_out_sentences(examples, qrels_rows, model.target, bm25)
+    if model.config.reads_feedback:
+        feedback = FeedbackTerms(searcher, model.config.feedback_terms, model.tokenizer)
+        for e, text in zip(examples, feedback.texts([e.query for e in examples], desc=f"feedback ({dataset.name})")):
+            e.feedback = text
     return TrainingCorpus(dataset, searcher, bm25, cmap, loss, examples, qrels_rows, dev, dev_how)
 
 

@@ -27,6 +27,7 @@ class Example:
     positives: list[int]  # rows of its corpus's index
     negatives: list[int]
     corpus: int = 0  # which of the run's training corpora (``bm25aug.train.corpora``)
+    feedback: str = ""  # what a learned-feedback model reads after the query (``FeedbackTerms``)
 
 
 def mine_hard_negatives(searcher: BM25Searcher, split: Split, dataset: Dataset, depth: int,

@@ -29,6 +29,7 @@ from bm25aug.model.encoder import encode_queries
 from bm25aug.model.tokenization import vocab_hash
 from bm25aug.progress import progress
 from bm25aug.search.bm25 import mean_added_terms
+from bm25aug.search.feedback import reading_feedback
 from bm25aug.train.arguments import DEVICES, TrainConfig
 from bm25aug.train.callbacks import TrainerCallback, default_callbacks
 from bm25aug.train.corpora import TrainingCorpus, epoch_batches, load_corpus, run_name, steps_per_epoch, write_dev_split
@@ -87,7 +88,7 @@ class Trainer:
             c.encoder, c.encoder_layers, use_weights=c.use_weights, use_augmentation=c.use_augmentation,
             max_query_length=c.max_query_length, target=c.target, weight_floor=c.weight_floor,
             aug_threshold=c.aug_threshold, aug_layer=c.aug_layer, aug_init=c.aug_init,
-            **({"pooling": c.pooling} if c.pooling else {}))
+            feedback_terms=c.feedback_terms, **({"pooling": c.pooling} if c.pooling else {}))
 
     def _prepare(self, datasets: list[Dataset], indexes: list[Path], fresh: bool) -> None:
         """Corpora (indexes, losses, examples) and optimizer, once the output folder is claimed."""
@@ -96,6 +97,11 @@ class Trainer:
         if self.teacher is not None and vocab_hash(self.teacher.tokenizer) != vocab_hash(self.model.tokenizer):
             raise UserError(f"--teacher {config.teacher} has another vocabulary than this model's encoder; "
                             f"fix: pass a teacher trained on an encoder with the same vocabulary")
+        reads = [m.config.feedback_terms if m.config.reads_feedback else 0 for m in (self.teacher, self.model)
+                 if m is not None]
+        if len(set(reads)) > 1:
+            raise UserError(f"--teacher {config.teacher} reads {reads[0]} feedback terms and this model {reads[1]}; "
+                            f"the two read one input, so fix: pass a teacher with the same --feedback-terms")
         self.corpora: list[TrainingCorpus] = [load_corpus(config, d, i, self.model, self.out, n)
                                               for n, (d, i) in enumerate(zip(datasets, indexes))]
         wp_hash = next((c.searcher.meta.vocab_hash for c in self.corpora if c.searcher.meta.vocab_hash), None)
@@ -213,7 +219,8 @@ class Trainer:
         # A document judged positive for a query is no negative for it, wherever it sits in the batch.
         mask = torch.tensor([[j != i and r in corpus.qrels_rows[e.qid] for j, r in enumerate(rows)]
                              for i, e in enumerate(batch)])
-        qb = self.target.batch([e.query for e in batch])
+        qb = self.target.batch([e.query for e in batch],
+                               [e.feedback for e in batch] if self.model.config.reads_feedback else None)
         ids, attention = self.inputs(qb)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda"):  # BM25 stays float32
             out = self.model(ids, attention)
@@ -304,8 +311,9 @@ class Trainer:
         for c in self.corpora:
             qids = sorted(c.dev.queries)
             texts = [c.dev.queries[q] for q in qids]
-            vectors = ([c.searcher.query_terms(t) for t in texts] if model is None
-                       else [c.searcher.indexed(v) for v in encode_queries(model, texts, progress=False)])
+            vectors = ([c.searcher.query_terms(t) for t in texts] if model is None else
+                       [c.searcher.indexed(v) for v in encode_queries(reading_feedback(model, c.searcher), texts,
+                                                                      progress=False)])
             tops = c.searcher.batch_search_terms_arrays(vectors, self.config.dev_depth, self.config.threads)
             run = {qid: c.searcher.hits(top) for qid, top in zip(qids, tops)}
             name, got = per_query(run, c.dev, c.dataset.corpus)
