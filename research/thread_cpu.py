@@ -6,7 +6,9 @@ bm25-flat ``batch_search_arrays`` over the split's queries (k=1000) on 1 and 2 t
 ``--warmup`` batches (the JVM's C2 compiler keeps compiling Lucene's code for thousands of
 queries). Prints wall ms per query and each thread group's CPU ms per query, read from
 ``/proc/self/task`` (Linux only): what keeps two threads from halving the wall time; first, how
-many queries tie past ``reader.TIE_MARGIN`` hits beyond the k-th (those are searched again).
+many queries tie past ``reader.TIE_MARGIN`` hits beyond the k-th (those are searched again);
+last, Python's own steps per query on one chunk's hits (``python_steps``), and how much CPU a query
+would have to shed for two threads to reach 1.7x one.
 """
 
 from __future__ import annotations
@@ -50,6 +52,30 @@ def tie_runs(flat: BM25Searcher, queries: list[str], k: int = 1000) -> np.ndarra
     return np.asarray(out)
 
 
+def python_steps(flat: BM25Searcher, queries: list[str], repeat: int = 20) -> dict[str, float]:
+    """Microseconds per query of each Python step of ``PendingSearch.result`` on one chunk of
+    ``queries``, searched once on the Java pool and then timed ``repeat`` times."""
+    from bm25aug.lucene.batch import JavaBatch, search_function
+    from bm25aug.lucene.ranking import PAIRS, anserini_top
+    from bm25aug.lucene.reader import ANALYZED
+
+    index, n = flat.index, flat.index.depth(1000)
+    packed = JavaBatch(search_function(index, ANALYZED, n), queries, 1).future.get()
+    steps = {"byte[] to bytes": lambda: [p.tostring() for p in packed]}
+    raw = steps["byte[] to bytes"]()
+    steps["frombuffer"] = lambda: [np.frombuffer(p, dtype=PAIRS) for p in raw]
+    pairs = steps["frombuffer"]()
+    steps["complete"] = lambda: [index.complete(p, n, 1000) for p in pairs]
+    steps["anserini_top"] = lambda: anserini_top(pairs, 1000, index.id_rank)
+    out = {}
+    for name, step in steps.items():
+        start = time.perf_counter()
+        for _ in range(repeat):
+            step()
+        out[name] = (time.perf_counter() - start) * 1e6 / repeat / len(queries)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default="scifact")
@@ -67,15 +93,21 @@ def main() -> None:
           f"{(ties >= 64).sum()} of {len(queries)} (longest tie past k: {ties.max()} hits)")
     for _ in range(args.warmup):
         flat.batch_search_arrays(queries, 1000, threads=1)
-    n = len(queries) * args.rounds
+    n, walls = len(queries) * args.rounds, {}
     for threads in (1, 2):
         before, start = thread_ticks(), time.perf_counter()
         for _ in range(args.rounds):
             flat.batch_search_arrays(queries, 1000, threads=threads)
         wall, after = time.perf_counter() - start, thread_ticks()
+        walls[threads] = wall * 1000 / n
         cpu = {g: (t - before.get(g, 0)) * _TICK_MS / n for g, t in after.items() if t > before.get(g, 0)}
-        print(f"threads={threads}: wall {wall * 1000 / n:.3f} ms/query; CPU ms/query: "
+        print(f"threads={threads}: wall {walls[threads]:.3f} ms/query; CPU ms/query: "
               + ", ".join(f"{g} {ms:.3f}" for g, ms in sorted(cpu.items(), key=lambda kv: -kv[1])))
+    # Two busy cores: a query's CPU is about twice the two-thread wall time.
+    print(f"2/1 threads {walls[1] / walls[2]:.2f}x; 1.7x needs {2 * (walls[2] - walls[1] / 1.7) * 1000:.0f} us "
+          f"less CPU a query")
+    steps = python_steps(flat, queries[:256])
+    print("Python per query, one chunk: " + ", ".join(f"{k} {v:.1f} us" for k, v in steps.items()))
 
 
 if __name__ == "__main__":

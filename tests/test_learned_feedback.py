@@ -18,15 +18,20 @@ FEEDBACK = ["tumor stem cells", "cobalamin anemia neurological", ""]
 
 @pytest.fixture(scope="module")
 def feedback_model():
-    """An untrained flat model that reads 10 feedback terms."""
+    """A flat model that reads 10 feedback terms, its weight head moved off its start (w ≡ 1) and
+    no weight floor, so that a w read at the wrong position shows."""
     from bm25aug.model.augmenter import QueryAugmenter
 
-    return QueryAugmenter.from_encoder(target="flat", feedback_terms=10).eval()
+    model = QueryAugmenter.from_encoder(target="flat", feedback_terms=10, weight_floor=0.0).eval()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        model.weight_head.weight.normal_(std=0.05)
+    return model
 
 
 def test_the_query_keeps_its_positions_and_alone_is_weighted(feedback_model):
     target = feedback_model.target
-    alone, read = target.batch(QUERIES), target.batch(QUERIES, FEEDBACK)
+    alone, read = target.batch(QUERIES, [""] * len(QUERIES)), target.batch(QUERIES, FEEDBACK)
     assert read.terms == alone.terms and read.spans == alone.spans
     sep, tok = feedback_model.tokenizer.sep_token_id, feedback_model.tokenizer
     for i, extra in enumerate(FEEDBACK):
@@ -40,6 +45,7 @@ def test_the_query_keeps_its_positions_and_alone_is_weighted(feedback_model):
     for i in range(len(QUERIES)):
         n = int(alone.attention_mask[i].sum())
         assert not out.token_weights[i, n:].any(), "the feedback is read, never weighted"
+    assert out.token_weights[0, 1:5].min() > 0 and len(set(out.token_weights[0, 1:5].tolist())) > 1
     # What the model reads changes what it proposes (the last query has no feedback: unchanged).
     assert not torch.allclose(out.augmentation[0], plain.augmentation[0])
     assert torch.allclose(out.augmentation[2], plain.augmentation[2], atol=1e-6)
@@ -82,8 +88,9 @@ def test_feedback_is_rm3s_new_terms_spelled_as_words(scifact, scifact_flat, feed
 
 
 def test_every_path_ranks_alike_and_threads_change_nothing(scifact, scifact_flat, feedback_model, tmp_path):
-    """One query at a time, batch search on 1 and 2 threads, and the server's term lists agree
-    (the int8 encoder encodes query by query); the ONNX export stays close to fp32."""
+    """One query at a time, batch search on 1 and 2 threads and ``term_lists`` (what the server
+    and export use) agree (the int8 encoder encodes query by query); the ONNX export stays close
+    to fp32."""
     from bm25aug.model.onnx_encoder import load_encoder
     from bm25aug.search.augmented import AugmentedSearcher
 
@@ -115,8 +122,9 @@ def test_a_feedback_model_needs_its_index(feedback_model, scifact_wp, tmp_path):
     assert not (tmp_path / "terms.jsonl").exists()
     with pytest.raises(UserError, match="flat index"):
         FeedbackTerms(BM25Searcher(scifact_wp), 10, feedback_model.tokenizer)
-    with pytest.raises(UserError, match="--target flat"):
-        TrainConfig(target="wp", feedback_terms=10)
+    for clash in (dict(target="wp"), dict(pseudo_queries=100), dict(aug_init="centered"), dict(max_query_length=300)):
+        with pytest.raises(UserError, match="cannot be combined with"):
+            TrainConfig(feedback_terms=10, **clash)
     with pytest.raises(UserError, match="--feedback-terms"):
         TrainConfig(feedback_terms=-1)
 
@@ -136,3 +144,33 @@ def test_a_model_served_as_plain_bm25_searches_nothing_first(feedback_model, sci
     assert not isinstance(searcher.encoder, FeedbackEncoder)
     query = "vitamin B12 deficiency cats cats"
     assert searcher.term_list(query) == searcher.bm25.indexed(searcher.bm25.query_terms(query))
+
+
+def test_a_typed_sep_stays_in_the_query(feedback_model):
+    """The model takes what follows the first [SEP] for feedback: a "[SEP]" typed in a query is
+    read as [UNK], so the words after it keep their weights."""
+    target, tok = feedback_model.target, feedback_model.tokenizer
+    batch = target.batch(["cats [SEP] dogs"], ["tails"])
+    row = batch.input_ids[0, :int(batch.attention_mask[0].sum())].tolist()
+    assert row.count(tok.sep_token_id) == 2 and tok.unk_token_id in row
+    with torch.no_grad():
+        out = feedback_model(torch.from_numpy(batch.input_ids), torch.from_numpy(batch.attention_mask))
+    dogs = row.index(tok.convert_tokens_to_ids("dogs"))
+    assert out.token_weights[0, dogs] > 0
+
+
+def test_export_reads_the_datasets_index_first(scifact, scifact_flat, feedback_model, tmp_path):
+    """``bm25aug export`` of a feedback model writes the term lists the searcher sends."""
+    import json
+
+    from bm25aug.cli import main
+    from bm25aug.search.augmented import AugmentedSearcher
+
+    feedback_model.save_pretrained(tmp_path / "fb")
+    out = tmp_path / "terms.jsonl"
+    assert main(["export", "--checkpoint", str(tmp_path / "fb"), "--dataset", "scifact", "--runtime", "torch-fp32",
+                 "--output", str(out), "--index-root", str(scifact_flat.parent)]) in (0, None)
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    searcher = AugmentedSearcher.from_pretrained(tmp_path / "fb", scifact_flat, runtime="torch-fp32")
+    queries = [line["text"] for line in lines]
+    assert [searcher.bm25.indexed(line["vector"]) for line in lines] == searcher.term_lists(queries)

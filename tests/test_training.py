@@ -355,7 +355,15 @@ def test_learned_feedback_trains_on_each_examples_rm3_terms(tmp_path):
     feedback = FeedbackTerms(trainer.corpora[0].searcher, 5, trainer.model.tokenizer)
     assert [e.feedback for e in trainer.examples] == feedback.texts([e.query for e in trainer.examples])
     assert any(e.feedback for e in trainer.examples)
+    read, forward = [], trainer.model.forward
+
+    def spy(input_ids, attention_mask, **kw):  # what the encoder is given in training
+        read.append((input_ids == trainer.model.tokenizer.sep_token_id).sum(1))
+        return forward(input_ids, attention_mask, **kw)
+
+    trainer.model.forward = spy
     trainer.train()
+    assert read and max(int(n.max()) for n in read) == 2, "the training steps read each query's feedback"
     best = QueryAugmenter.from_pretrained(out / "best")
     assert best.config.feedback_terms == 5 and best.config.aug_gate >= 1
     assert "reads the top 5 RM3 terms" in (out / "best" / "README.md").read_text()

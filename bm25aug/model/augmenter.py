@@ -33,7 +33,7 @@ from torch import nn
 
 from bm25aug.errors import UserError
 from bm25aug.model.config import CONFIG_NAME, PAPER_ENCODER, AugmenterConfig
-from bm25aug.model.encoder import QueryEncoder, check_feedback
+from bm25aug.model.encoder import QueryEncoder
 from bm25aug.model.card import CARD_NAME, card_text
 from bm25aug.model.tokenization import hub_then_local, portable_name, vocab_hash
 
@@ -126,10 +126,9 @@ class QueryAugmenter(nn.Module, QueryEncoder):
 
     def tokenize(self, queries: list[str], feedback: list[str] | None = None) -> dict[str, torch.Tensor]:
         """The encoder's input for ``queries`` (the target's window: ``max_query_length`` tokens),
-        each followed by its ``feedback`` text for a learned-feedback model (``Target.with_feedback``)."""
+        each followed by its ``feedback`` text for a learned-feedback model (``Target.read``)."""
         ids, mask, _ = self.target.encode_window(queries)
-        if feedback is not None:
-            ids, mask = self.target.with_feedback(ids, mask, feedback)
+        ids, mask = self.target.read(ids, mask, feedback)
         return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
 
     @property
@@ -207,7 +206,7 @@ class QueryAugmenter(nn.Module, QueryEncoder):
     def encode_batch(self, texts: list[str], feedback: list[str] | None = None) -> list[dict[str, float]]:
         if not texts:
             return []
-        batch = self.target.batch(texts, check_feedback(self.config, feedback))
+        batch = self.target.batch(texts, feedback)
         device = self.encoder.get_input_embeddings().weight.device  # never quantized (see quantized())
         out = self(torch.from_numpy(batch.input_ids).to(device), torch.from_numpy(batch.attention_mask).to(device))
         a = self.target.live_part(out.augmentation)

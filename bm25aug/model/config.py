@@ -53,8 +53,8 @@ class AugmenterConfig:
     # w always reads the last layer.
     aug_layer: int = -1
     # Learned feedback: the encoder reads, after the query and a [SEP], the surface words of the top
-    # this-many terms of BM25's RM3 relevance model that the query lacks (0: the query alone). Such
-    # a model searches the index once before it encodes (``bm25aug.search.feedback.FeedbackEncoder``).
+    # this-many terms of BM25's RM3 relevance model, less the query's own terms (0: the query alone).
+    # Such a model searches the index once before it encodes (``bm25aug.search.feedback.FeedbackEncoder``).
     feedback_terms: int = 0
 
     def __post_init__(self) -> None:

@@ -51,14 +51,16 @@ class QueryEncoder(ABC):
 
 
 def check_feedback(config: AugmenterConfig, feedback: list[str] | None) -> list[str] | None:
-    """The feedback a model with ``config`` reads: None for a model of the query alone; a model
-    that reads feedback (``feedback_terms``) cannot encode a query without it."""
+    """The feedback a model with ``config`` reads: None for a model of the query alone (any
+    feedback given is ignored); a model that reads feedback (``reads_feedback``) cannot encode a
+    query without it."""
     if not config.reads_feedback:
         return None
     if feedback is None:
         raise UserError(f"this model reads BM25 feedback with each query (feedback_terms {config.feedback_terms}), "
-                        f"which needs the index; fix: search through AugmentedSearcher, or encode through "
-                        f"bm25aug.search.feedback.FeedbackEncoder(model, BM25Searcher(index))")
+                        f"which needs the index; fix: search through AugmentedSearcher (or bm25aug search/eval/"
+                        f"export, which do), or encode through bm25aug.search.feedback.reading_feedback(model, "
+                        f"BM25Searcher(index))")
     return feedback
 
 

@@ -3,6 +3,9 @@
 One JSON line per query: ``{"id": qid, "text": query, "vector": {token: weight}}`` with
 ``weight = w·(bow + a)`` (the ``vector`` field as in Pyserini's JSON vector collections). Each
 ``(token, weight)`` becomes ``BoostQuery(TermQuery(contents:token), weight)``.
+
+A model that reads BM25 feedback (``--feedback-terms``) reads it from the dataset's flat index
+first; its term lists are then searched like any other.
 """
 
 from __future__ import annotations
@@ -39,6 +42,13 @@ def run(args) -> None:
                                               "the model": checkpoint})
     split = dataset.split(dataset.spec.eval_split if args.split is None else args.split)
     model = load_encoder(checkpoint, args.runtime)
+    if model.config.reads_feedback:  # learned feedback: each query's RM3 terms come from the dataset's index
+        from bm25aug.lucene.index import ensure_index
+        from bm25aug.search.bm25 import BM25Searcher
+        from bm25aug.search.feedback import reading_feedback
+
+        index = ensure_index(dataset, "flat", args.index_root, args.threads)
+        model = reading_feedback(model, BM25Searcher(index, flavor="flat"))
     n = export_term_lists(model, split.queries, args.output, top_k=args.top_k, threshold=args.threshold,
                           batch_size=args.encode_batch_size, threads=args.threads)
     print(f"wrote {n} weighted term lists to {args.output}")

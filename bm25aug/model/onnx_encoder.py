@@ -24,7 +24,7 @@ import torch
 
 from bm25aug.io import CACHE_ROOT, atomic_dir, derived_ok, digest, record_derived, source_key
 from bm25aug.limits import RUNTIMES, check_choice
-from bm25aug.model.encoder import QueryEncoder, check_feedback
+from bm25aug.model.encoder import QueryEncoder
 from bm25aug.model.augmenter import CONFIG_NAME, WEIGHTS_NAME, QueryAugmenter
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ def export_onnx(model: QueryAugmenter, folder: Path, source: str) -> Path:
 
     # An earlier export (its record, or an older release's source.json) is replaced; a folder of anything else is not.
     with atomic_dir(folder, (f"{ONNX_FILE}.source.json", "source.json"), what="an ONNX export of bm25aug") as tmp:
-        sample = model.tokenize(["an example query for tracing"])
+        sample = model.tokenize(["an example query for tracing"], ["feedback words"])
         # Plain (eager) attention traces to MatMuls that int8 quantization covers; SDPA does not.
         saved, model.encoder.config._attn_implementation = model.encoder.config._attn_implementation, "eager"
         try:
@@ -127,7 +127,7 @@ class OnnxQueryEncoder(QueryEncoder):
     def encode_batch(self, texts: list[str], feedback: list[str] | None = None) -> list[dict[str, float]]:
         if not texts:
             return []
-        batch = self.target.batch(texts, check_feedback(self.config, feedback))
+        batch = self.target.batch(texts, feedback)
         w, a = self.session.run(None, {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask})
         return self.target.term_lists(batch, w, a)
 

@@ -30,6 +30,7 @@ columns, for training.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -59,7 +60,6 @@ class Target:
 
         self.tokenizer, self.config, self.max_length = tokenizer, config, config.max_query_length
         self.window = window_tokenizer(tokenizer, self.max_length)  # what the encoder reads of a query
-        self.feedback_window = window_tokenizer(tokenizer, self.max_length, pad=False)  # and of its feedback
         self.floor = np.float32(config.weight_floor)
         self.special = np.zeros(len(tokenizer), dtype=bool)
         self.special[tokenizer.all_special_ids] = True
@@ -72,16 +72,34 @@ class Target:
         return (np.array([e.ids for e in encodings], np.int64),
                 np.array([e.attention_mask for e in encodings], np.int64), encodings)
 
+    @cached_property
+    def feedback_window(self):
+        """What a learned-feedback model reads of its feedback: ``max_query_length`` tokens."""
+        from bm25aug.model.tokenization import window_tokenizer
+
+        return window_tokenizer(self.tokenizer, self.max_length, pad=False)
+
+    def read(self, ids: np.ndarray, mask: np.ndarray, feedback: list[str] | None) -> tuple[np.ndarray, np.ndarray]:
+        """The encoder's input: the query window, followed by its ``feedback`` for a model that
+        reads feedback (``with_feedback``; it cannot do without), the window alone for any other."""
+        from bm25aug.model.encoder import check_feedback
+
+        feedback = check_feedback(self.config, feedback)
+        return (ids, mask) if feedback is None else self.with_feedback(ids, mask, feedback)
+
     def with_feedback(self, ids: np.ndarray, mask: np.ndarray, feedback: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """``[CLS] query [SEP] feedback [SEP]`` per row (a learned-feedback model's input; a row
-        with no feedback stays the query alone), padded to the longest. The query keeps its
-        positions, so its occurrences' spans hold; the feedback gets ``max_query_length`` tokens."""
+        """``[CLS] query [SEP] feedback [SEP]`` per row (a row with no feedback stays the query
+        alone), padded to the longest. The query keeps its positions, so its occurrences' spans
+        hold; the feedback gets ``max_query_length`` tokens. The model takes everything after the
+        first [SEP] for feedback, so a "[SEP]" typed inside a query is read as [UNK] (both special:
+        no weight, no term)."""
         if len(feedback) != len(ids):
             raise UserError(f"{len(feedback)} feedback texts for {len(ids)} queries; fix: pass one per query")
-        sep = self.tokenizer.sep_token_id
+        sep, unk = self.tokenizer.sep_token_id, self.tokenizer.unk_token_id
         rows = []
         for i, extra in enumerate(self.feedback_window.encode_batch(list(feedback), add_special_tokens=False)):
             query = ids[i, :int(mask[i].sum())].tolist()
+            query = [unk if t == sep else t for t in query[:-1]] + query[-1:]  # it ends in its own [SEP]
             rows.append(query + extra.ids + [sep] if extra.ids else query)
         width = max(map(len, rows))
         out = np.full((len(rows), width), self.tokenizer.pad_token_id, np.int64)
@@ -91,7 +109,7 @@ class Target:
         return out, out_mask
 
     def batch(self, queries: list[str], feedback: list[str] | None = None) -> QueryBatch:
-        """``feedback``: per query, the text a learned-feedback model reads after it (``with_feedback``)."""
+        """``feedback``: per query, the text a learned-feedback model reads after it (``read``)."""
         ids, mask, encodings = self.encode_window(queries)
         real = (mask > 0) & ~self.special[ids]
         terms, spans = [], []
@@ -99,8 +117,7 @@ class Target:
             t, s = self.occurrences(query, np.array(encodings[i].offsets, np.int64), real[i])
             terms.append(t)
             spans.append(s)
-        if feedback is not None:
-            ids, mask = self.with_feedback(ids, mask, feedback)
+        ids, mask = self.read(ids, mask, feedback)
         return QueryBatch(ids, mask, terms, spans, real.any(axis=1))
 
     def occurrences(self, query: str, offsets: np.ndarray, real: np.ndarray) -> tuple[list[str], list[list[int]]]:

@@ -188,6 +188,7 @@ class FeedbackTerms:
         return " ".join(self.words.get(t, t) for t in self.rm3.relevance(terms) if t not in terms)
 
     def texts(self, queries: list[str], desc: str | None = None) -> list[str]:
+        """``text`` of each query, with a progress bar named ``desc`` on a terminal."""
         return [self.text(q) for q in progress(queries, desc=desc, unit="q", disable=desc is None)]
 
 

@@ -102,9 +102,9 @@ class TrainConfig:
                                            "as the paper); w always reads the last")
     aug_init: str = arg(_MODEL.aug_init, "the a(q) head's start: the word-embedding matrix, the same with each "
                                          "word's bias centred on the training queries, or random", choices=AUG_INITS)
-    feedback_terms: int = arg(_MODEL.feedback_terms, "learned feedback: the encoder also reads the top N terms of "
-                                                     "BM25's RM3 feedback (the query's first search) that the "
-                                                     "query lacks (flat target; 0: the query alone)")
+    feedback_terms: int = arg(_MODEL.feedback_terms, "learned feedback: the encoder also reads RM3's top N feedback "
+                                                     "terms of the query's first BM25 search, less the query's own "
+                                                     "(flat target; 0: the query alone)")
     init_from: str | None = arg(None, "start from this trained model (its encoder, heads and model settings) instead "
                                       "of the pretrained encoder, e.g. the general model fine-tuned on one corpus "
                                       "(same target)")
@@ -117,9 +117,8 @@ class TrainConfig:
         check_all(self)
         check_choice("--negatives", self.negatives, NEGATIVES)
         check_choice("--aug-init", self.aug_init, AUG_INITS)
-        if self.feedback_terms and self.target != "flat":
-            raise UserError(f"--feedback-terms {self.feedback_terms} reads RM3 terms of a flat index, but --target is "
-                            f"{self.target}; fix: use --target flat, or leave --feedback-terms out")
+        if self.feedback_terms:
+            self._check_feedback()
         if self.init_from:
             defaults = {f.name: f.default for f in fields(self)}
             if set_here := [name for name in MODEL_SETTINGS if getattr(self, name) != defaults[name]]:
@@ -127,6 +126,19 @@ class TrainConfig:
                 raise UserError(f"this run sets {flag} {getattr(self, set_here[0])} (on the command line or in its "
                                 f"recipe), a model setting, but --init-from {self.init_from} brings its model's own; "
                                 f"fix: leave {flag} out, or train from the pretrained encoder without --init-from")
+
+    def _check_feedback(self) -> None:
+        """What learned feedback cannot be combined with."""
+        clash = {"--target wp": self.target != "flat",
+                 # a pseudo-query's own document is in the index: its feedback would give the answer away
+                 f"--pseudo-queries {self.pseudo_queries}": bool(self.pseudo_queries),
+                 "--aug-init centered": self.aug_init == "centered",  # centred on the queries alone
+                 # the query's window and the feedback's must fit a BERT encoder's 512 positions
+                 f"--max-query-length {self.max_query_length}": 2 * self.max_query_length + 1 > 512}
+        if bad := next((flag for flag, clashes in clash.items() if clashes), None):
+            raise UserError(f"--feedback-terms {self.feedback_terms} cannot be combined with {bad} (learned feedback "
+                            f"needs the flat target, no pseudo-queries, an uncentred a(q) head and a query window of "
+                            f"at most 255 tokens); fix: leave one of the two out")
 
     @classmethod
     def for_dataset(cls, dataset: str, recipe: str | None = None, **overrides) -> "TrainConfig":

@@ -168,8 +168,8 @@ class GateCalibration(TrainerCallback):
         model = QueryAugmenter.from_pretrained(best)
         if not model.config.use_augmentation:
             return  # a ≡ 0: nothing to gate
-        feedback = [e.feedback for e in trainer.examples] if model.config.reads_feedback else None
-        gate = calibrate_gate(model, [e.query for e in trainer.examples], self.quantile, feedback)
+        examples = trainer.examples
+        gate = calibrate_gate(model, [e.query for e in examples], self.quantile, [e.feedback for e in examples])
         if model.config.aug_gate != gate:
             model.config.aug_gate = gate
             model.save_pretrained(best)

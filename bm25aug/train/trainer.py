@@ -219,8 +219,7 @@ class Trainer:
         # A document judged positive for a query is no negative for it, wherever it sits in the batch.
         mask = torch.tensor([[j != i and r in corpus.qrels_rows[e.qid] for j, r in enumerate(rows)]
                              for i, e in enumerate(batch)])
-        qb = self.target.batch([e.query for e in batch],
-                               [e.feedback for e in batch] if self.model.config.reads_feedback else None)
+        qb = self.target.batch([e.query for e in batch], [e.feedback for e in batch])
         ids, attention = self.inputs(qb)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda"):  # BM25 stays float32
             out = self.model(ids, attention)
