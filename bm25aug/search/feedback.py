@@ -17,8 +17,8 @@ arithmetic, over a weighted term list ``{term: boost}``:
 On a bag-of-words query it reproduces Pyserini's bm25-rm3 run (``tests/test_feedback.py``).
 
 The same relevance model feeds **learned feedback**: a model trained with ``feedback_terms`` N
-reads each query followed by the surface words of its N heaviest feedback terms that the query
-lacks (``FeedbackTerms``), and ``FeedbackEncoder`` gives it them, one first search per query.
+reads each query followed by the surface words of its N heaviest feedback terms, less the query's
+own (``FeedbackTerms``), and ``FeedbackEncoder`` gives it them, one first search per query.
 """
 
 from __future__ import annotations
