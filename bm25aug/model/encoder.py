@@ -39,7 +39,7 @@ class QueryEncoder(ABC):
     @abstractmethod
     def encode_batch(self, texts: list[str], feedback: list[str] | None = None) -> list[dict[str, float]]:
         """Term lists ``{term: boost}`` (zeros dropped) of the target's index, one per text;
-        ``feedback``: per text, what a learned-feedback model reads after it (``check_feedback``)."""
+        ``feedback``: per text, what a learned-feedback model reads after it (``Target.read``)."""
 
     def encode(self, text: str) -> dict[str, float]:
         """One query's term list, encoded alone: its terms never depend on batch neighbours
@@ -48,20 +48,6 @@ class QueryEncoder(ABC):
             raise UserError(f"encode takes one query as a string, not {type(text).__name__}; fix: pass the text, "
                             f"or use encode_batch for a list of queries")
         return self.encode_batch([text])[0]
-
-
-def check_feedback(config: AugmenterConfig, feedback: list[str] | None) -> list[str] | None:
-    """The feedback a model with ``config`` reads: None for a model of the query alone (any
-    feedback given is ignored); a model that reads feedback (``reads_feedback``) cannot encode a
-    query without it."""
-    if not config.reads_feedback:
-        return None
-    if feedback is None:
-        raise UserError(f"this model reads BM25 feedback with each query (feedback_terms {config.feedback_terms}), "
-                        f"which needs the index; fix: search through AugmentedSearcher (or bm25aug search/eval/"
-                        f"export, which do), or encode through bm25aug.search.feedback.reading_feedback(model, "
-                        f"BM25Searcher(index))")
-    return feedback
 
 
 def prune(terms: dict[str, float], top_k: int | None = None, threshold: float = 0.0) -> dict[str, float]:

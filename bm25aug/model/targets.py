@@ -81,11 +81,16 @@ class Target:
 
     def read(self, ids: np.ndarray, mask: np.ndarray, feedback: list[str] | None) -> tuple[np.ndarray, np.ndarray]:
         """The encoder's input: the query window, followed by its ``feedback`` for a model that
-        reads feedback (``with_feedback``; it cannot do without), the window alone for any other."""
-        from bm25aug.model.encoder import check_feedback
-
-        feedback = check_feedback(self.config, feedback)
-        return (ids, mask) if feedback is None else self.with_feedback(ids, mask, feedback)
+        reads feedback (``with_feedback``; it cannot do without), the window alone for any other
+        (any feedback given is ignored)."""
+        if not self.config.reads_feedback:
+            return ids, mask
+        if feedback is None:
+            raise UserError(f"this model reads BM25 feedback with each query (feedback_terms "
+                            f"{self.config.feedback_terms}), which needs the index; fix: search through "
+                            f"AugmentedSearcher (or bm25aug search/eval/export, which do), or encode through "
+                            f"bm25aug.search.feedback.reading_feedback(model, BM25Searcher(index))")
+        return self.with_feedback(ids, mask, feedback)
 
     def with_feedback(self, ids: np.ndarray, mask: np.ndarray, feedback: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """``[CLS] query [SEP] feedback [SEP]`` per row (a row with no feedback stays the query

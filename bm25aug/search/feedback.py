@@ -182,9 +182,8 @@ class FeedbackTerms:
 
     def text(self, query: str) -> str:
         """The feedback text of one query ("" when it matches nothing)."""
-        terms = self.bm25.query_terms(query) if check_query(query).strip() else {}
-        if not (terms := {t: w for t, w in terms.items() if w > 0}):
-            return ""
+        if not (terms := self.bm25.query_terms(query) if check_query(query).strip() else {}):
+            return ""  # query_terms counts each term, so every weight is positive
         return " ".join(self.words.get(t, t) for t in self.rm3.relevance(terms) if t not in terms)
 
     def texts(self, queries: list[str], desc: str | None = None) -> list[str]:
