@@ -131,12 +131,19 @@ def test_score_rounding_equals_the_hit_by_hit_rule():
     ``anserini_scores`` equals the hit-by-hit loop."""
     rng = np.random.default_rng(0)
     for n in (2, 10, 300, 1016, 3000):
+        batch = []
         for _ in range(20):
             # Runs of ~100 scores 0 or 1e-4 apart, then a step of 2e-4, 3e-4 or 5e-3.
             inside = rng.choice([0, 0, 0, 0, 1], size=n)
             steps = np.where(rng.random(n) < 0.01, rng.choice([2, 3, 50], size=n), inside) * 1e-4
             raw = np.float32(rng.uniform(0.5, 30.0) - np.cumsum(steps + rng.uniform(0, 2e-6, size=n)))
             assert np.array_equal(anserini_scores(raw), _ties_adjusted_one_by_one(raw))
+            batch.append(raw)
+        # The same queries in one batch: a run of ties never reaches into the next query.
+        first = np.zeros(n * len(batch), bool)
+        first[::n] = True
+        expected = np.concatenate([_ties_adjusted_one_by_one(raw) for raw in batch])
+        assert np.array_equal(anserini_scores(np.concatenate(batch), first), expected)
 
 
 @pytest.mark.parametrize("flavor", ["wp", "flat"])

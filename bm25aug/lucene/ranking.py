@@ -35,14 +35,18 @@ def anserini_top(results: list[np.ndarray], k: int, id_rank: np.ndarray) -> list
     lengths = np.fromiter(map(len, results), np.int64, len(results))
     if not lengths.sum():
         return [EMPTY] * len(results)
-    pairs = np.concatenate(results)
+    pairs = np.frombuffer(b"".join(results), PAIRS)  # np.concatenate promotes a structured dtype per array
     docs, raw = pairs["doc"].astype(np.int64), pairs["score"].astype(np.float32)
     query = np.repeat(np.arange(len(results)), lengths)
     # Lucene sorted each query by score already: only runs of equal scores need another look, so
-    # sort by (run of equal scores, external id); runs never span two queries.
+    # only their hits are sorted, by (run, external id); runs never span two queries.
     run = np.ones(len(raw), bool)
     run[1:] = (raw[1:] != raw[:-1]) | (query[1:] != query[:-1])
-    order = np.argsort(np.cumsum(run) * np.int64(len(id_rank)) + id_rank[docs], kind="stable")
+    in_run = ~run
+    in_run[:-1] |= ~run[1:]
+    at = np.flatnonzero(in_run)
+    order = np.arange(len(raw))
+    order[at] = at[np.argsort(np.cumsum(run[at]) * np.int64(len(id_rank)) + id_rank[docs[at]], kind="stable")]
     ends = np.cumsum(lengths)
     keep = order[np.arange(len(raw)) - (ends - lengths)[query] < k]
     kept = np.minimum(lengths, k)
@@ -62,32 +66,60 @@ def anserini_scores(raw: np.ndarray, first: np.ndarray | None = None) -> np.ndar
 
     Vectorized: start from the hits that tie before any lowering and grow the set until it holds
     (lowering only lengthens runs, and a set that satisfies the rule at every hit is the one the
-    hit-by-hit loop reaches, since that rule looks only backwards). Each round can lengthen a
-    chain of ties by one hit, so a query still growing after ``_ROUNDS`` is walked hit by hit."""
+    hit-by-hit loop reaches, since that rule looks only backwards). Only a tied hit is lowered,
+    so only the hit after a run of ties can start to tie; after the first round only the runs
+    that grew are lowered again. A round can lengthen a chain of ties by one hit, so a query
+    still growing after ``_ROUNDS`` is walked hit by hit."""
     scores = (np.floor(raw.astype(np.float64) * 10000.0 + 0.5) / 10000.0).astype(np.float32)
     starts = np.zeros(scores.size, bool) if first is None else first.copy()
     starts[:1] = True
     ties = np.zeros(scores.size, bool)
     ties[1:] = scores[:-1] - scores[1:] <= _TOL
     ties &= ~starts
-    position = np.arange(scores.size)
+    lowered, runs = scores.copy(), _all_runs(ties)
     for _ in range(_ROUNDS):
-        # A hit's place in its run of ties: hits since the last hit that does not tie.
-        dup = position - np.maximum.accumulate(np.where(ties, 0, position))
-        lowered = scores - _EPS * dup.astype(np.float32)
-        grown = np.zeros(scores.size, bool)
-        grown[1:] = lowered[:-1] - scores[1:] <= _TOL
-        grown &= ~starts
-        changed = grown != ties
-        if not changed.any():
+        heads, ends = runs
+        lengths = ends - heads - 1
+        places = _places(lengths)
+        at = np.repeat(heads, lengths) + places
+        lowered[at] = scores[at] - _EPS * places.astype(np.float32)
+        after = ends[ends < scores.size]  # the hit after each run
+        grown = after[~starts[after] & (lowered[after - 1] - scores[after] <= _TOL)]
+        if not grown.size:
             return lowered
-        ties = grown
+        ties[grown] = True
+        runs = _runs(ties, grown)
     # Queries are independent (runs never cross them): one that settled keeps the last round's
     # scores; one still growing is walked hit by hit.
     bounds = np.append(np.flatnonzero(starts), scores.size)
-    for q in np.unique(np.cumsum(starts)[changed] - 1).tolist():
+    for q in np.unique(np.searchsorted(bounds, grown, side="right") - 1).tolist():
         lowered[bounds[q]:bounds[q + 1]] = _ties_hit_by_hit(scores[bounds[q]:bounds[q + 1]])
     return lowered
+
+
+def _all_runs(ties: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every run of ties: the position of the hit it follows (its head, not lowered) and the
+    position just past it."""
+    heads = np.flatnonzero(~ties[:-1] & ties[1:])
+    ends = np.flatnonzero(ties[:-1] & ~ties[1:]) + 1
+    return heads, np.append(ends, ties.size) if ties.size and ties[-1] else ends
+
+
+def _runs(ties: np.ndarray, tied: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The runs of ties that hold the tied hits ``tied`` (sorted positions), once each, as
+    ``_all_runs`` gives them."""
+    untied = np.flatnonzero(~ties)
+    after = np.searchsorted(untied, tied)
+    heads = untied[after - 1]  # hit 0 never ties, so every tied hit has a head
+    heads = heads[np.append(True, heads[1:] != heads[:-1])]
+    next_untied = np.searchsorted(untied, heads, side="right")
+    ends = np.append(untied, ties.size)[next_untied]
+    return heads, ends
+
+
+def _places(lengths: np.ndarray) -> np.ndarray:
+    """1, 2, ... n for each run of n tied hits, concatenated: a tied hit's place in its run."""
+    return np.arange(1, lengths.sum() + 1) - np.repeat(np.cumsum(lengths) - lengths, lengths)
 
 
 def _ties_hit_by_hit(scores: np.ndarray) -> np.ndarray:
