@@ -5,7 +5,8 @@
 bm25-flat ``batch_search_arrays`` over the split's queries (k=1000) on 1 and 2 threads, after
 ``--warmup`` batches (the JVM's C2 compiler keeps compiling Lucene's code for thousands of
 queries). Prints wall ms per query and each thread group's CPU ms per query, read from
-``/proc/self/task`` (Linux only): what keeps two threads from halving the wall time; first, how
+``/proc/self/task`` (Linux only), and how often Python woke up to see whether a batch was done:
+what keeps two threads from halving the wall time; first, how
 many queries tie past ``reader.TIE_MARGIN`` hits beyond the k-th (those are searched again);
 last, Python's own steps per query on one chunk's hits (``python_steps``), and how much CPU a query
 would have to shed for two threads to reach 1.7x one.
@@ -52,6 +53,26 @@ def tie_runs(flat: BM25Searcher, queries: list[str], k: int = 1000) -> np.ndarra
     return np.asarray(out)
 
 
+class WakeUps:
+    """Counts the sleeps of Python's wait for a batch (``JavaBatch.result`` polls, then sleeps) and
+    the CPU they cost this thread: each wake-up takes CPU that two Java threads need."""
+
+    def __enter__(self) -> "WakeUps":
+        self.count, self.cpu_s, self._sleep = 0, 0.0, time.sleep
+
+        def sleep(seconds: float) -> None:
+            start = time.thread_time()
+            self._sleep(seconds)
+            self.cpu_s += time.thread_time() - start
+            self.count += 1
+
+        time.sleep = sleep
+        return self
+
+    def __exit__(self, *exc) -> None:
+        time.sleep = self._sleep
+
+
 def python_steps(flat: BM25Searcher, queries: list[str], repeat: int = 20) -> dict[str, float]:
     """Microseconds per query of each Python step of ``PendingSearch.result`` on one chunk of
     ``queries``, searched once on the Java pool and then timed ``repeat`` times."""
@@ -96,13 +117,16 @@ def main() -> None:
     n, walls = len(queries) * args.rounds, {}
     for threads in (1, 2):
         before, start = thread_ticks(), time.perf_counter()
-        for _ in range(args.rounds):
-            flat.batch_search_arrays(queries, 1000, threads=threads)
+        with WakeUps() as wake:
+            for _ in range(args.rounds):
+                flat.batch_search_arrays(queries, 1000, threads=threads)
         wall, after = time.perf_counter() - start, thread_ticks()
         walls[threads] = wall * 1000 / n
         cpu = {g: (t - before.get(g, 0)) * _TICK_MS / n for g, t in after.items() if t > before.get(g, 0)}
         print(f"threads={threads}: wall {walls[threads]:.3f} ms/query; CPU ms/query: "
               + ", ".join(f"{g} {ms:.3f}" for g, ms in sorted(cpu.items(), key=lambda kv: -kv[1])))
+        print(f"  waiting: {wake.count / args.rounds:.0f} wake-ups a batch, {wake.cpu_s * 1e6 / max(wake.count, 1):.0f} us "
+              f"of CPU each, {wake.cpu_s * 1e6 / n:.1f} us a query")
     # Two busy cores: a query's CPU is about twice the two-thread wall time.
     print(f"2/1 threads {walls[1] / walls[2]:.2f}x; 1.7x needs {2 * (walls[2] - walls[1] / 1.7) * 1000:.0f} us "
           f"less CPU a query")

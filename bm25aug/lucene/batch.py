@@ -13,8 +13,10 @@ So Python crosses into Java a handful of times per batch, whatever its size, and
 every thread runs without the GIL: Python may encode the next batch meanwhile. Python waits by
 polling (``isDone`` under ``JNI_LOCK``, then a sleep without it), so another thread's Java calls
 never wait for a whole batch, and a Ctrl-C interrupts the sleep at once. The sleep grows with the
-batch's age, from 0.5 ms to 2 ms (an eighth of the age): each wake-up costs about 30 us of CPU on
-this repository's machine, which at two threads competes with Lucene's. The stream splits a
+batch's age, from 0.5 ms to 2 ms (an eighth of the age): each wake-up costs CPU that, at two
+threads, Lucene's threads need (``research/thread_cpu.py`` counts them), and the price is that a
+batch may be seen done up to an eighth of its age, at most 2 ms, after it is (before: 0.5 ms;
+a batch searching for under 4 ms, as the server's micro-batches mostly are, is seen as soon). The stream splits a
 chunk into pieces by the JVM's common-pool size (4 pieces of 64 on 2 cores).
 
 The ``Function`` is made once per index, kind and depth (``search_function``). A query whose k-th
