@@ -6,10 +6,10 @@ bm25-flat ``batch_search_arrays`` over the split's queries (k=1000) on 1 and 2 t
 ``--warmup`` batches (the JVM's C2 compiler keeps compiling Lucene's code for thousands of
 queries). Prints wall ms per query and each thread group's CPU ms per query, read from
 ``/proc/self/task`` (Linux only), and how often Python woke up to see whether a batch was done:
-what keeps two threads from halving the wall time; first, how
-many queries tie past ``reader.TIE_MARGIN`` hits beyond the k-th (those are searched again);
-last, Python's own steps per query on one chunk's hits (``python_steps``), and how much CPU a query
-would have to shed for two threads to reach 1.7x one.
+what keeps two threads from halving the wall time; first, how many queries tie past
+``reader.TIE_MARGIN`` hits beyond the k-th (those are searched again); last, Python's own steps
+per query on one chunk's hits (``python_steps``), and how much CPU a query would have to shed for
+two threads to reach 1.7x one.
 """
 
 from __future__ import annotations

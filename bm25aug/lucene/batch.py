@@ -16,8 +16,8 @@ never wait for a whole batch, and a Ctrl-C interrupts the sleep at once. The sle
 batch's age, from 0.5 ms to 2 ms (an eighth of the age): each wake-up costs CPU that, at two
 threads, Lucene's threads need (``research/thread_cpu.py`` counts them), and the price is that a
 batch may be seen done up to an eighth of its age, at most 2 ms, after it is (before: 0.5 ms;
-a batch searching for under 4 ms, as the server's micro-batches mostly are, is seen as soon). The stream splits a
-chunk into pieces by the JVM's common-pool size (4 pieces of 64 on 2 cores).
+a batch searching for under 4 ms, as the server's micro-batches mostly are, is seen as soon).
+The stream splits a chunk into pieces by the JVM's common-pool size (4 pieces of 64 on 2 cores).
 
 The ``Function`` is made once per index, kind and depth (``search_function``). A query whose k-th
 place ties past the hits fetched is searched again deeper on a second pool, never one by one in

@@ -31,8 +31,8 @@ EMPTY = TopK(np.zeros(0, np.int32), np.zeros(0, np.float32))
 def anserini_top(results: list[np.ndarray], k: int, id_rank: np.ndarray) -> list[TopK]:
     """Each query's top k exactly as Anserini returns them, from Lucene's hits (contiguous
     ``PAIRS`` arrays, as ``np.frombuffer`` makes them, best first, one per query), all queries at
-    once in numpy: equal scores ordered by
-    external id (``id_rank``), the first k kept, scores as ``anserini_scores``."""
+    once in numpy: equal scores ordered by external id (``id_rank``), the first k kept, scores as
+    ``anserini_scores``."""
     lengths = np.fromiter(map(len, results), np.int64, len(results))
     if not lengths.sum():
         return [EMPTY] * len(results)
