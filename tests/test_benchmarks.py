@@ -59,3 +59,33 @@ def test_the_load_client_counts_every_non_200_and_every_request():
         server.shutdown()
     assert sorted(seen) == sorted(paths) and result["requests"] == 30 and result["errors"] == 10
     assert result["qps"] > 0 and 0 < result["p50_ms"] <= result["p99_ms"]
+
+
+def test_two_core_split_counts_python_apart_and_the_table_says_what_both_goals_need(monkeypatch):
+    """benchmarks/two_core.py: CPU spent in the calling thread is Python's (P), not Java's; the
+    generated table's bound is 2 max(P, J) / (P + J) and its budget lines follow from the QPS."""
+    import time
+
+    from bm25aug.reproduce.tables import two_core_table
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    two_core = _load("two_core")
+
+    def spin(items, threads):
+        end = time.thread_time() + 0.005 * len(items)
+        while time.thread_time() < end:
+            pass
+
+    two_core.cpu_split(spin, [0] * 10, rounds=1)  # untimed: what the imports left running in other threads settles
+    python_ms, java_ms = two_core.cpu_split(spin, [0] * 10, rounds=3)
+    assert python_ms >= 5.0 and java_ms < python_ms / 4
+
+    paths = {"bm25-flat": {"python_ms": 0.05, "java_ms": 0.45, "qps_1t": 2000, "qps_2t": 4000},
+             "augmented": {"python_ms": 2.0, "java_ms": 0.5, "qps_1t": 450, "qps_2t": 700},
+             "augmented, pre-encoded": {"python_ms": 0.05, "java_ms": 0.4, "qps_1t": 2200, "qps_2t": 3600}}
+    table = two_core_table({"paths": paths})
+    augmented_row = next(line for line in table.splitlines() if line.startswith("| augmented |"))
+    assert augmented_row.endswith("| 1.56x | 1.11 | 1.60x |")  # 700/450; 1000/450/2.0; 2*2.0/2.5
+    assert "0.17x bm25-flat's QPS" in table and "encoded beforehand, 0.90x" in table
+    assert "P + J <= 1.000 ms" in table and "leaves the encoder 0.600 ms" in table  # 4000/4000; 1.000 - 0.4
+    assert "J <= 0.150 ms" in table and "P <= 0.088 ms" in table  # 1.000 * 0.15; 0.5 * 0.3/1.7

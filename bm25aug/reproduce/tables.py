@@ -3,9 +3,9 @@
 * ``<!-- reproductions:NAME -->`` blocks: the conditions of ``reproductions.yaml`` whose ``table``
   names NAME, with their expected values and commands.
 * ``<!-- bench:speed -->``, ``<!-- bench:throughput -->``, ``<!-- bench:scale -->``,
-  ``<!-- bench:extrapolation -->`` and ``<!-- bench:serve -->`` blocks: the recorded runs of
-  ``benchmarks/bench_search.py``, ``benchmarks/scale.py`` and ``benchmarks/bench_serve.py``
-  (``--record docs/data/*.json``).
+  ``<!-- bench:extrapolation -->``, ``<!-- bench:serve -->`` and ``<!-- bench:two-core -->`` blocks:
+  the recorded runs of ``benchmarks/bench_search.py``, ``benchmarks/scale.py``,
+  ``benchmarks/bench_serve.py`` and ``benchmarks/two_core.py`` (``--record docs/data/*.json``).
 
 ``python -m bm25aug.reproduce --write-readme`` rewrites every block; ``tests/test_reproduce.py``
 fails while a file disagrees with its data.
@@ -28,6 +28,7 @@ BENCH_DATA["throughput"] = BENCH_DATA["speed"]  # the same runs, as ratios
 BENCH_DATA["extrapolation"] = BENCH_DATA["scale"]  # the same sizes, read at NQ's
 # An earlier run with two cheaper encoders beside the default (--compare): its latencies only
 BENCH_DATA["encoders"] = ROOT / "docs" / "data" / "speed_encoders.json"
+BENCH_DATA["two-core"] = ROOT / "docs" / "data" / "two_core.json"
 METRIC_NAMES = {"ndcg@10": "nDCG@10", "recall@100": "R@100", "mrr@10": "MRR@10", "acc@5": "Acc@5",
                 "acc@20": "Acc@20", "acc@100": "Acc@100", "aug_terms_mean": "added terms / query",
                 "added_precision_weight": "added precision (weight)", "latency_ms_p50": "p50 ms",
@@ -189,11 +190,38 @@ def serve_table(recorded: dict) -> str:
     return "\n".join(lines)
 
 
+def two_core_table(recorded: dict) -> str:
+    """``benchmarks/two_core.py``'s run: each path's CPU a query in Python (P) and Java (J), its
+    QPS, the two-over-one bound 2 max(P, J) / (P + J), and what the SciFact goals for augmented
+    (two over one at least 1.7x, QPS at least 0.5x bm25-flat's) would need of P and J together."""
+    paths = recorded["paths"]
+    lines = ["| path | Python ms a query (P) | Java ms a query (J) | QPS 1 thread | QPS 2 threads | 2 / 1 threads "
+             "| 1 thread's ms a query / max(P, J) | bound 2 max(P, J) / (P + J) |", "|" + "---|" * 8]
+    for name, r in paths.items():
+        p, j, one, two = r["python_ms"], r["java_ms"], r["qps_1t"], r["qps_2t"]
+        lines.append(f"| {name} | {p:.3f} | {j:.3f} | {one:,.0f} | {two:,.0f} | {two / one:.2f}x | "
+                     f"{1000 / one / max(p, j):.2f} | {2 * max(p, j) / (p + j):.2f}x |")
+    flat, aug, lucene = paths["bm25-flat"], paths["augmented"], paths["augmented, pre-encoded"]
+    budget = 4000 / flat["qps_2t"]  # ms of CPU a query on two cores at half bm25-flat's QPS
+    smaller = 0.3 / 1.7
+    lines += ["", f"* Augmented answers {aug['qps_2t'] / flat['qps_2t']:.2f}x bm25-flat's QPS at 2 threads; with its "
+              f"term lists encoded beforehand, {lucene['qps_2t'] / flat['qps_2t']:.2f}x.",
+              f"* 0.5x bm25-flat needs P + J <= {budget:.3f} ms a query. Lucene's part of an augmented query takes "
+              f"J = {lucene['java_ms']:.3f} of it, which leaves the encoder {budget - lucene['java_ms']:.3f} ms "
+              f"against its P = {aug['python_ms']:.3f} today.",
+              f"* 1.7x two over one needs P >= {1 / smaller:.2f} J, or P <= {smaller:.3f} J. With 0.5x as well, "
+              f"either J <= {budget / (1 + 1 / smaller):.3f} ms (P + J <= {budget:.3f} with P the larger), where "
+              f"an augmented query's J is {aug['java_ms']:.3f} and bm25-flat's whole query's {flat['java_ms']:.3f}, "
+              f"or the whole encoding at P <= {smaller * aug['java_ms']:.3f} ms, "
+              f"{aug['python_ms'] / (smaller * aug['java_ms']):.0f}x less than today's."]
+    return "\n".join(lines)
+
+
 def bench_table(name: str) -> str:
     recorded = json.loads(BENCH_DATA[name].read_text(encoding="utf-8"))
     tables = {"speed": speed_table, "throughput": throughput_table, "scale": lambda r: scale_table(r["rows"]),
               "extrapolation": lambda r: extrapolate(r["rows"]),
-              "serve": serve_table, "encoders": lambda r: speed_table(r, qps=False)}
+              "serve": serve_table, "encoders": lambda r: speed_table(r, qps=False), "two-core": two_core_table}
     return tables[name](recorded)
 
 

@@ -1,0 +1,93 @@
+"""What two cores allow a batch search: the CPU a query costs in Python and in Java, the scaling
+bound that follows, and whether the SciFact throughput goals for augmented can hold together.
+
+    python benchmarks/two_core.py [--dataset scifact] [--checkpoint checkpoints/scifact]
+        [--record docs/data/two_core.json]
+
+For bm25-flat, augmented, and augmented with its term lists encoded beforehand (Lucene's part of
+an augmented query alone): QPS of one ``batch_search_arrays`` over the split's queries (k=1000) on
+1 and 2 threads (``timing.qps``, as ``bench_search.py``; it also warms the JIT up), then the CPU
+a query costs on one thread, split into the Python thread's (``time.thread_time``: the encoding,
+for augmented, and Anserini's order of the hits) and the rest of the process's (Lucene's pool,
+the JIT, the GC).
+
+The bound (``bm25aug.reproduce.tables.two_core_table`` prints it): with one thread, Python's part
+(P ms a query) and Java's (J) run side by side on the two cores, so one thread takes at least
+max(P, J) a query (the table shows how close it comes) and two threads at least (P + J) / 2.
+While one thread runs the two side by side, two over one is about 2 max(P, J) / (P + J) at most,
+and 1.7x needs the smaller part to be at most 0.3 / 1.7 of the larger. Augmented at 0.5x
+bm25-flat's two-thread QPS needs P + J at most four times bm25-flat's two-thread time a query.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from timing import qps
+
+from bm25aug.data.registry import load_dataset
+from bm25aug.errors import UserError
+from bm25aug.eval.evaluate import resolve_checkpoint
+from bm25aug.io import write_json
+from bm25aug.lucene.index import ensure_index
+from bm25aug.lucene.reader import WEIGHTED
+from bm25aug.reproduce.tables import two_core_table
+from bm25aug.search.augmented import AugmentedSearcher
+from bm25aug.search.batch import search_chunks
+from bm25aug.search.bm25 import terms_text
+
+K = 1000
+
+
+def cpu_split(batch, items: list, rounds: int = 5) -> tuple[float, float]:
+    """ms of CPU a query on one thread: Python's thread (this one, which encodes and ranks) and the
+    rest of the process (Java's pool, JIT and GC threads), over ``rounds`` batches of a warm JVM."""
+    py, total = time.thread_time(), time.process_time()
+    for _ in range(rounds):
+        batch(items, 1)
+    py, total = time.thread_time() - py, time.process_time() - total
+    n = rounds * len(items)
+    return py * 1000 / n, (total - py) * 1000 / n
+
+
+def run(dataset_name: str, checkpoint: str) -> dict:
+    dataset = load_dataset(dataset_name)
+    checkpoint = resolve_checkpoint(checkpoint, dataset_name, False)
+    augmented = AugmentedSearcher.from_pretrained(checkpoint, ensure_index(dataset, "flat"))
+    flat = augmented.bm25
+    queries = list(dataset.split(dataset.spec.eval_split).queries.values())
+    texts = [terms_text(t) for t in augmented.term_lists(queries)]
+    paths = {
+        "bm25-flat": (lambda q, n: flat.batch_search_arrays(q, K, threads=n), queries),
+        "augmented": (lambda q, n: augmented.batch_search_arrays(q, K, threads=n), queries),
+        "augmented, pre-encoded": (lambda q, n: search_chunks(flat.index, WEIGHTED, lambda c: c, q, K, n), texts),
+    }
+    out = {}
+    for name, (batch, items) in paths.items():
+        one, two = qps(batch, items, 1), qps(batch, items, 2)
+        python_ms, java_ms = cpu_split(batch, items)
+        out[name] = {"python_ms": python_ms, "java_ms": java_ms, "qps_1t": one, "qps_2t": two}
+    return {"dataset": dataset.name, "num_queries": len(queries), "k": K, "checkpoint": str(checkpoint), "paths": out}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dataset", default="scifact")
+    p.add_argument("--checkpoint", default="checkpoints/scifact", help="a train.py output dir or a model dir")
+    p.add_argument("--record", help="write the run where docs/speed.md's two-core table is generated from "
+                                    "(docs/data/two_core.json), with this command")
+    args = p.parse_args()
+    try:
+        result = run(args.dataset, args.checkpoint)
+    except UserError as e:  # e.g. no such model, or no ../shared/data: one line, as the CLI prints it
+        raise SystemExit(f"error: {e}") from None
+    print(f"{result['dataset']}, {result['num_queries']} queries, k={result['k']}, {result['checkpoint']}\n")
+    print(two_core_table(result))
+    if args.record:
+        write_json(args.record, {"command": "python " + " ".join(sys.argv), **result})
+
+
+if __name__ == "__main__":
+    main()
