@@ -1,5 +1,5 @@
-"""What two cores allow a batch search: the CPU a query costs in Python and in Java, the scaling
-bound that follows, and whether the SciFact throughput goals for augmented can hold together.
+"""What two cores allow a batch search: the CPU a query costs in Python and in Java, and what that
+leaves for the SciFact throughput goals of augmented search.
 
     python benchmarks/two_core.py [--dataset scifact] [--checkpoint checkpoints/scifact]
         [--record docs/data/two_core.json]
@@ -11,12 +11,17 @@ a query costs on one thread, split into the Python thread's (``time.thread_time`
 for augmented, and Anserini's order of the hits) and the rest of the process's (Lucene's pool,
 the JIT, the GC).
 
-The bound (``bm25aug.reproduce.tables.two_core_table`` prints it): with one thread, Python's part
-(P ms a query) and Java's (J) run side by side on the two cores, so one thread takes at least
-max(P, J) a query (the table shows how close it comes) and two threads at least (P + J) / 2.
-While one thread runs the two side by side, two over one is about 2 max(P, J) / (P + J) at most,
-and 1.7x needs the smaller part to be at most 0.3 / 1.7 of the larger. Augmented at 0.5x
-bm25-flat's two-thread QPS needs P + J at most four times bm25-flat's two-thread time a query.
+What follows (``bm25aug.reproduce.tables.two_core_table`` prints it), P and J being one thread's
+CPU a query in Python and in Java, estimates measured apart from the QPS:
+
+* Two cores do at most 2,000 ms of CPU a second, and two threads only add contention, so two
+  threads answer at most about 2,000 / (P + J) queries a second. Augmented at 0.5x bm25-flat's
+  two-thread QPS therefore needs its P + J at most 4,000 / (bm25-flat's QPS) ms.
+* In steady state (a batch long enough that preparing and searching overlap throughout; a
+  300-query batch prepares its first 256 queries while Java waits), one thread runs Python's
+  part and Java's side by side, taking about max(P, J) a query (the table shows how close it
+  comes), so two over one is about 2 max(P, J) / (P + J) at most, and 1.7x needs the smaller part
+  to be at most 0.3 / 1.7 of the larger.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from bm25aug.search.bm25 import terms_text
 K = 1000
 
 
-def cpu_split(batch, items: list, rounds: int = 5) -> tuple[float, float]:
+def cpu_split(batch, items: list, rounds: int = 10) -> tuple[float, float]:
     """ms of CPU a query on one thread: Python's thread (this one, which encodes and ranks) and the
     rest of the process (Java's pool, JIT and GC threads), over ``rounds`` batches of a warm JVM."""
     py, total = time.thread_time(), time.process_time()

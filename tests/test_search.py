@@ -160,6 +160,40 @@ def test_batch_search_on_the_java_pool_equals_one_by_one(tiny_wp, flat_model):
     assert [augmented.bm25.indexed(t) for t in exported[3:]] == lists[3:]
 
 
+def test_a_failing_piece_cancels_every_piece_in_flight():
+    """search_chunks hands Java a chunk in pieces; when one piece fails (or a Ctrl-C lands while
+    waiting), every piece still in flight is cancelled and the error reaches the caller."""
+    from bm25aug.lucene.ranking import EMPTY
+    from bm25aug.search.batch import CHUNK, PIECE, search_chunks
+
+    class Pending:
+        def __init__(self, texts, fail):
+            self.texts, self.fail, self.cancelled = texts, fail, False
+
+        def result(self):
+            if self.fail:
+                raise KeyboardInterrupt
+            return [EMPTY] * len(self.texts)
+
+        def cancel(self):
+            self.cancelled = True
+
+    class Index:
+        def __init__(self):
+            self.pieces = []
+
+        def submit(self, kind, texts, k, threads):
+            self.pieces.append(Pending(texts, fail=len(self.pieces) == 1))
+            return self.pieces[-1]
+
+    index = Index()
+    with pytest.raises(KeyboardInterrupt):
+        search_chunks(index, "weighted", lambda chunk: chunk, [f"q{i}" for i in range(CHUNK + PIECE)], 10, 2)
+    assert len(index.pieces) == CHUNK // PIECE + 1  # the second chunk was submitted before the first was ranked
+    # The first piece was ranked, the second raised (a real one cancels its own Java batch), the rest cancelled.
+    assert [p.cancelled for p in index.pieces] == [False, False] + [True] * (len(index.pieces) - 2)
+
+
 def test_a_batch_with_a_query_lucene_refuses_names_it(tiny_wp):
     """A query past Lucene's clause limit, inside a batch on the pool, is the one-line error a
     single search gives, not a Java traceback."""

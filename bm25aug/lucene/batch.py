@@ -17,7 +17,8 @@ batch's age, from 0.5 ms to 2 ms (an eighth of the age): each wake-up costs CPU 
 threads, Lucene's threads need (``research/thread_cpu.py`` counts them), and the price is that a
 batch may be seen done up to an eighth of its age, at most 2 ms, after it is (before: 0.5 ms;
 a batch searching for under 4 ms, as the server's micro-batches mostly are, is seen as soon).
-The stream splits a chunk into pieces by the JVM's common-pool size (4 pieces of 64 on 2 cores).
+A batch searched through ``bm25aug.search.batch`` is one of its pieces (up to 64 queries); the
+stream splits it into parts by the JVM's common-pool size (4 parts of 16 on 2 cores).
 
 The ``Function`` is made once per index, kind and depth (``search_function``). A query whose k-th
 place ties past the hits fetched is searched again deeper on a second pool, never one by one in
@@ -79,7 +80,7 @@ class _Handles:
     def pool(self, threads: int, deeper: bool = False):
         """A ``ForkJoinPool`` of ``threads`` workers, kept for the process (daemon threads).
         ``deeper``: the pool that searches again the queries whose k-th place ties past the hits
-        fetched, apart, so that it never waits behind the next chunk queued on the first."""
+        fetched, apart, so that it never waits behind the next batches queued on the first."""
         if (pool := self._pools.get((threads, deeper))) is None:
             pool = self._pools[threads, deeper] = jclass("java.util.concurrent.ForkJoinPool")(threads)
         return pool
@@ -98,7 +99,7 @@ handles = process_wide(_Handles)  # () -> _Handles
 
 def search_function(index: LuceneIndex, kind: str, n: int):
     """``index``'s search ``Function`` for texts of ``kind`` and depth ``n``, made once and kept on
-    the index: one made per chunk is new code that the JIT compiles again (its C2 compiler then
+    the index: one made per batch is new code that the JIT compiles again (its C2 compiler then
     took most of a core)."""
     key = (kind, n)
     with JNI_LOCK:
@@ -157,7 +158,7 @@ class PendingSearch:
             return [EMPTY] * len(self.texts)
         results = self._packed(self.batch, self.texts)
         # As LuceneIndex.deepen, but on the Java pool: a query whose k-th place ties past the hits
-        # fetched is searched again 4x deeper, all such queries of the chunk in one batch.
+        # fetched is searched again 4x deeper, all such queries of the batch in one.
         n, short = self.n, [i for i, pairs in enumerate(results) if not self.index.complete(pairs, self.n, self.k)]
         while short:
             n, texts = min(n * 4, self.index.num_docs), [self.texts[i] for i in short]

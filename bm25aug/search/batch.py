@@ -1,15 +1,15 @@
 """Batch search: many queries in chunks on the Java pool, each chunk prepared while the one before searches.
 
 Preparing a chunk is Python's part (tokenizing, or encoding with the query model); searching it
-is Lucene's, on ``threads`` Java threads without the GIL (``bm25aug.lucene.batch``). With two
-chunks in flight the CPU is never idle between the two; a Ctrl-C returns at once (the queries
-Java has started finish in the background, at most two chunks' worth); a progress bar (on a
-terminal) moves chunk by chunk.
+is Lucene's, on ``threads`` Java threads without the GIL (``bm25aug.lucene.batch``), in pieces
+of ``PIECE`` queries. With two chunks in flight the CPU is never idle between the two; a Ctrl-C
+returns at once (the queries Java has started finish in the background, at most two chunks'
+worth); a progress bar (on a terminal) moves piece by piece.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from typing import Callable, Sequence
 
 from bm25aug.errors import UserError
@@ -19,9 +19,14 @@ from bm25aug.lucene.reader import LuceneIndex
 from bm25aug.model.encoder import WINDOW
 from bm25aug.progress import progress
 
-# Queries a chunk: the query encoder's window, so that a query is encoded with the same neighbours
-# whether a batch search or an export encodes it (bm25aug.model.encoder.encode_queries).
+# Queries prepared together: the query encoder's window, so that a query is encoded with the same
+# neighbours whether a batch search or an export encodes it (bm25aug.model.encoder.encode_queries).
 CHUNK = WINDOW
+# Queries a search on the Java pool: a prepared chunk goes in pieces, each ranked (Anserini's order,
+# in Python) while the pieces after it search, so that at the end of a batch Java waits for the
+# ranking of one piece, not of a whole chunk (300 SciFact queries on two threads: 4,065-4,317
+# against 3,499-3,886 QPS with whole chunks; docs/speed.md, "Two threads").
+PIECE = 64
 
 
 def check_qids(items: Sequence, qids: Sequence[str]) -> None:
@@ -34,8 +39,8 @@ def check_qids(items: Sequence, qids: Sequence[str]) -> None:
                         f"fix: pass one unique qid per query")
 
 
-class _Chunk:
-    """One chunk on the Java pool: its non-empty query texts searched, the rest no hits."""
+class _Piece:
+    """Up to ``PIECE`` prepared queries on the Java pool: the non-empty texts searched, the rest no hits."""
 
     def __init__(self, index: LuceneIndex, kind: str, texts: list[str | None], k: int, threads: int):
         self.size, self.at = len(texts), [i for i, t in enumerate(texts) if t]
@@ -51,23 +56,27 @@ class _Chunk:
 def search_chunks(index: LuceneIndex, kind: str, prepare: Callable[[list], list[str | None]], items: list,
                   k: int, threads: int, desc: str | None = None) -> list[TopK]:
     """Each item's top k: ``prepare`` turns a chunk of items into Java query texts of ``kind``
-    (None: nothing to search, no hits), and the chunk searches while the next one is prepared.
-    The result equals searching each prepared text alone, on any number of threads."""
+    (None: nothing to search, no hits), and the chunk searches, in pieces, while the next one is
+    prepared. The result equals searching each prepared text alone, on any number of threads."""
     check("k", k)
     check("threads", threads)
     tops: list[TopK] = []
-    running: list[_Chunk] = []  # at most two: the one searching and the one just submitted
+    running: deque[_Piece] = deque()  # the chunk before's pieces still to rank, and the chunk just submitted's
     with progress(total=len(items), desc=desc, unit="q", disable=desc is None) as bar:
         try:
             for start in range(0, len(items) + CHUNK, CHUNK):
+                fresh = 0  # pieces of the chunk submitted now, left running while the next one is prepared
                 if start < len(items):
-                    running.append(_Chunk(index, kind, prepare(items[start:start + CHUNK]), k, threads))
-                if len(running) == 2 or (start >= len(items) and running):
-                    done = running.pop(0)
+                    texts = prepare(items[start:start + CHUNK])
+                    for at in range(0, len(texts), PIECE):
+                        running.append(_Piece(index, kind, texts[at:at + PIECE], k, threads))
+                        fresh += 1
+                while len(running) > fresh:
+                    done = running.popleft()
                     tops += done.result()
                     bar.update(done.size)
-        except BaseException:  # a Ctrl-C or an error: the chunks in flight are dropped
-            for chunk in running:
-                chunk.pending.cancel()
+        except BaseException:  # a Ctrl-C or an error: the pieces in flight are dropped
+            for piece in running:
+                piece.pending.cancel()
             raise
     return tops
