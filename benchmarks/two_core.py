@@ -2,7 +2,7 @@
 leaves for the SciFact throughput goals of augmented search.
 
     python benchmarks/two_core.py [--dataset scifact] [--checkpoint checkpoints/scifact]
-        [--record docs/data/two_core.json]
+        [--encode-batch-size N] [--record docs/data/two_core.json]
 
 For bm25-flat, augmented, and augmented with its term lists encoded beforehand (Lucene's part of
 an augmented query alone): QPS of one ``batch_search_arrays`` over the split's queries (k=1000) on
@@ -14,14 +14,14 @@ the JIT, the GC).
 What follows (``bm25aug.reproduce.tables.two_core_table`` prints it), P and J being one thread's
 CPU a query in Python and in Java, estimates measured apart from the QPS:
 
-* Two cores do at most 2,000 ms of CPU a second, and two threads only add contention, so two
-  threads answer at most about 2,000 / (P + J) queries a second. Augmented at 0.5x bm25-flat's
-  two-thread QPS therefore needs its P + J at most 4,000 / (bm25-flat's QPS) ms.
-* In steady state (a batch long enough that preparing and searching overlap throughout; a
-  300-query batch prepares its first 256 queries while Java waits), one thread runs Python's
-  part and Java's side by side, taking about max(P, J) a query (the table shows how close it
-  comes), so two over one is about 2 max(P, J) / (P + J) at most, and 1.7x needs the smaller part
-  to be at most 0.3 / 1.7 of the larger.
+* CPU ceiling. Two cores do at most 2,000 ms of CPU a second, so, assuming a query costs at least
+  as much CPU on two threads as on one, two threads answer at most 2,000 / (P + J) queries a
+  second, and at most 2 t1 / (P + J) times as many as one thread taking t1 ms a query. Augmented
+  at 0.5x bm25-flat's two-thread QPS needs its P + J at most 4,000 / (bm25-flat's QPS) ms.
+* Steady state (a batch long enough that preparing and searching overlap throughout; a
+  300-query batch prepares its first 256 queries while Java waits): one thread runs Python's part
+  and Java's side by side, taking about max(P, J) a query, so two over one is about
+  2 max(P, J) / (P + J), and 1.7x needs the smaller part to be at most 0.3 / 1.7 of the larger.
 """
 
 from __future__ import annotations
@@ -57,10 +57,11 @@ def cpu_split(batch, items: list, rounds: int = 10) -> tuple[float, float]:
     return py * 1000 / n, (total - py) * 1000 / n
 
 
-def run(dataset_name: str, checkpoint: str) -> dict:
+def run(dataset_name: str, checkpoint: str, encode_batch_size: int | None = None) -> dict:
     dataset = load_dataset(dataset_name)
     checkpoint = resolve_checkpoint(checkpoint, dataset_name, False)
-    augmented = AugmentedSearcher.from_pretrained(checkpoint, ensure_index(dataset, "flat"))
+    augmented = AugmentedSearcher.from_pretrained(checkpoint, ensure_index(dataset, "flat"),
+                                                  encode_batch_size=encode_batch_size)
     flat = augmented.bm25
     queries = list(dataset.split(dataset.spec.eval_split).queries.values())
     texts = [terms_text(t) for t in augmented.term_lists(queries)]
@@ -74,18 +75,21 @@ def run(dataset_name: str, checkpoint: str) -> dict:
         one, two = qps(batch, items, 1), qps(batch, items, 2)
         python_ms, java_ms = cpu_split(batch, items)
         out[name] = {"python_ms": python_ms, "java_ms": java_ms, "qps_1t": one, "qps_2t": two}
-    return {"dataset": dataset.name, "num_queries": len(queries), "k": K, "checkpoint": str(checkpoint), "paths": out}
+    return {"dataset": dataset.name, "num_queries": len(queries), "k": K, "checkpoint": str(checkpoint),
+            "encode_batch_size": encode_batch_size, "paths": out}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default="scifact")
     p.add_argument("--checkpoint", default="checkpoints/scifact", help="a train.py output dir or a model dir")
+    p.add_argument("--encode-batch-size", type=int,
+                   help="queries a forward pass of augmented's encoder (default: one by one, as search does)")
     p.add_argument("--record", help="write the run where docs/speed.md's two-core table is generated from "
                                     "(docs/data/two_core.json), with this command")
     args = p.parse_args()
     try:
-        result = run(args.dataset, args.checkpoint)
+        result = run(args.dataset, args.checkpoint, args.encode_batch_size)
     except UserError as e:  # e.g. no such model, or no ../shared/data: one line, as the CLI prints it
         raise SystemExit(f"error: {e}") from None
     print(f"{result['dataset']}, {result['num_queries']} queries, k={result['k']}, {result['checkpoint']}\n")

@@ -100,8 +100,9 @@ def test_two_core_split_counts_python_apart_and_the_table_says_what_both_goals_n
              "augmented, pre-encoded": {"python_ms": 0.05, "java_ms": 0.4, "qps_1t": 2200, "qps_2t": 3600}}
     table = two_core_table({"paths": paths})
     augmented_row = next(line for line in table.splitlines() if line.startswith("| augmented |"))
-    assert augmented_row.endswith("| 1.60x | 1.11 | 1.60x |")  # 720/450; 1000/450/2.0; 2*2.0/2.5
-    assert "0.18x bm25-flat's QPS" in table and "encoded beforehand, 0.90x" in table
+    assert augmented_row.endswith("| 1.60x | 1.11 | 1.60x | 1.78x |")  # 720/450; 1000/450/2.0; 2*2.0/2.5; 2000/450/2.5
+    assert "at most 2,000 / (P + J) = 800 QPS, 0.20x bm25-flat's 4,000 (measured: 720, 0.18x)" in table
+    assert "encoded beforehand it answers 0.90x" in table
     assert "at most 1.000 ms" in table and "leaves the encoding 0.550 ms" in table  # 4000/4000; 1 - (0.05 + 0.4)
     assert "it takes 1.950 (3.5x)" in table  # 2.0 - 0.05
     assert "J <= 0.150 ms" in table and "P <= 0.088 ms" in table  # 1.000 * 0.15; 0.5 * 0.3/1.7

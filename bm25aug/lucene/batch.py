@@ -10,7 +10,7 @@ bm25-flat does), or ``term^boost`` clauses read by a ``QueryParser`` made for ea
 is not thread-safe; making one in Java costs microseconds).
 
 So Python crosses into Java a handful of times per batch, whatever its size, and Lucene's work on
-every thread runs without the GIL: Python may encode the next batch meanwhile. Python waits by
+every thread runs without the GIL: Python may encode the next chunk meanwhile. Python waits by
 polling (``isDone`` under ``JNI_LOCK``, then a sleep without it), so another thread's Java calls
 never wait for a whole batch, and a Ctrl-C interrupts the sleep at once. The sleep grows with the
 batch's age, from 0.5 ms to 2 ms (an eighth of the age): each wake-up costs CPU that, at two
@@ -140,7 +140,7 @@ class JavaBatch:
 
     def cancel(self) -> None:
         """Drop the batch: one still queued never runs; once started, its parallel stream's
-        pieces run to their end in Java (its result is never read)."""
+        parts run to their end in Java (its result is never read)."""
         with JNI_LOCK:
             self.future.cancel(True)
 

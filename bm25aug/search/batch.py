@@ -1,10 +1,10 @@
-"""Batch search: many queries in chunks on the Java pool, each chunk prepared while the one before searches.
+"""Batch search: queries prepared in chunks, each while the one before searches, in pieces, on the Java pool.
 
 Preparing a chunk is Python's part (tokenizing, or encoding with the query model); searching it
 is Lucene's, on ``threads`` Java threads without the GIL (``bm25aug.lucene.batch``), in pieces
 of ``PIECE`` queries. With two chunks in flight the CPU is never idle between the two; a Ctrl-C
-returns at once (the queries Java has started finish in the background, at most two chunks'
-worth); a progress bar (on a terminal) moves piece by piece.
+returns at once (the pieces Java has started finish in the background; those still queued
+never run); a progress bar (on a terminal) moves piece by piece.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from bm25aug.progress import progress
 CHUNK = WINDOW
 # Queries a search on the Java pool: a prepared chunk goes in pieces, each ranked (Anserini's order,
 # in Python) while the pieces after it search, so that at the end of a batch Java waits for the
-# ranking of one piece, not of a whole chunk (300 SciFact queries on two threads: 4,065-4,317
-# against 3,499-3,886 QPS with whole chunks; docs/speed.md, "Two threads").
+# ranking of one piece, not of a whole chunk (300 SciFact queries on two threads, alternating
+# runs: 4,065-4,317 against 3,499-3,886 QPS with whole chunks; docs/speed.md, "Two threads").
 PIECE = 64
 
 
