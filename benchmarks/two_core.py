@@ -37,11 +37,8 @@ from bm25aug.errors import UserError
 from bm25aug.eval.evaluate import resolve_checkpoint
 from bm25aug.io import write_json
 from bm25aug.lucene.index import ensure_index
-from bm25aug.lucene.reader import WEIGHTED
 from bm25aug.reproduce.tables import two_core_table
 from bm25aug.search.augmented import AugmentedSearcher
-from bm25aug.search.batch import search_chunks
-from bm25aug.search.bm25 import terms_text
 
 K = 1000
 
@@ -64,11 +61,11 @@ def run(dataset_name: str, checkpoint: str, encode_batch_size: int | None = None
                                                   encode_batch_size=encode_batch_size)
     flat = augmented.bm25
     queries = list(dataset.split(dataset.spec.eval_split).queries.values())
-    texts = [terms_text(t) for t in augmented.term_lists(queries)]
+    term_lists = augmented.term_lists(queries)
     paths = {
         "bm25-flat": (lambda q, n: flat.batch_search_arrays(q, K, threads=n), queries),
         "augmented": (lambda q, n: augmented.batch_search_arrays(q, K, threads=n), queries),
-        "augmented, pre-encoded": (lambda q, n: search_chunks(flat.index, WEIGHTED, lambda c: c, q, K, n), texts),
+        "augmented, pre-encoded": (lambda t, n: flat.batch_search_terms_arrays(t, K, threads=n), term_lists),
     }
     out = {}
     for name, (batch, items) in paths.items():
