@@ -304,6 +304,33 @@ def test_damaged_caches_and_index_files_are_one_line_errors_or_rebuilt(tiny_wp, 
         BM25Searcher(truncated).search("cat", 5)
 
 
+def test_a_class_java_cannot_load_blames_the_jar_not_the_index(tmp_path):
+    """A jar that lacks a class (seen with a cut-down jar) failed searches with "the index is
+    damaged; rebuild it": the rebuild could not help, since the classpath was at fault."""
+    from bm25aug.lucene.jvm import anserini_jar, start_jvm
+    from bm25aug.lucene.reader import search_error
+
+    start_jvm()  # before jnius is imported: importing it first starts a JVM without Anserini's jar
+    from jnius import JavaException
+
+    missing = "org/apache/lucene/search/BooleanQuery$1"
+    raised = [  # as pyjnius raises the error itself, and as a Java future wraps it
+        JavaException(f"JVM exception occurred: {missing}", "java.lang.NoClassDefFoundError", missing,
+                      [f"java.lang.NoClassDefFoundError: {missing}"]),
+        JavaException(f"JVM exception occurred: java.util.concurrent.ExecutionException: "
+                      f"java.lang.NoClassDefFoundError: {missing}", "java.util.concurrent.ExecutionException",
+                      f"java.lang.NoClassDefFoundError: {missing}", ["Caused by: java.lang.NoClassDefFoundError"]),
+    ]
+    for error in raised:
+        message = str(search_error(tmp_path / "some.flat", error))
+        assert "damaged" not in message and "bm25aug index" not in message
+        assert missing in message and anserini_jar() in message and "--no-deps pyserini==1.6.0" in message
+        assert "\n" not in message
+    corrupt = JavaException("JVM exception occurred: checksum failed", "org.apache.lucene.index.CorruptIndexException",
+                            "checksum failed", ["org.apache.lucene.index.CorruptIndexException: checksum failed"])
+    assert "is damaged" in str(search_error(tmp_path / "some.flat", corrupt))
+
+
 # -------------------------------------------------------------------------------------- 5. training folders
 def test_a_training_folder_is_claimed_and_settings_checked_before_writing(tmp_path):
     from bm25aug.train.trainer import Trainer

@@ -97,3 +97,22 @@ def test_record_refuses_when_an_exact_baseline_moved(tmp_path):
     with pytest.raises(UserError, match="toy/bm25"):
         record(path, load_conditions(path), {"toy/bm25": {"ndcg@10": 0.5002}, "toy/model": {"ndcg@10": 0.7}})
     assert path.read_text() == YAML
+
+
+def test_the_gpu_run_quoted_in_the_docs_is_the_recorded_one():
+    """docs/reproducing.md quotes the one `train.py --device cuda` run against the same command on
+    this machine's CPU; both logs are in docs/data/cuda_h200/, and the quoted numbers must be theirs."""
+    import json
+    import re
+
+    recorded = README.parent / "docs" / "data" / "cuda_h200"
+    cuda, cpu = ([json.loads(line)["dev_metric"] for line in (recorded / name).read_text().splitlines()]
+                 for name in ("log.jsonl", "cpu_log.jsonl"))
+    assert len(cuda) == len(cpu) == 21  # epoch 0 (BM25) and 20 epochs
+    assert json.loads((recorded / "config.json").read_text())["device"] == "cuda"
+    seconds = re.search(r"best dev ndcg@10: ([0-9.]+) .*\((\d+) s\)", (recorded / "train_stdout.txt").read_text())
+    assert seconds and float(seconds[1]) == round(max(cuda), 4)
+    text = " ".join((README.parent / "docs" / "reproducing.md").read_text().split())
+    assert f"trained the SciFact default in {seconds[2]} s" in text
+    assert f"best dev nDCG@10 of {max(cuda):.4f} against {max(cpu):.4f} for the CPU run" in text
+    assert max(abs(a - b) for a, b in zip(cuda, cpu)) < 0.005 and "within 0.005 of the CPU run" in text

@@ -29,7 +29,7 @@ import numpy as np
 
 from bm25aug.errors import UserError
 from bm25aug.io import atomic_open, derived_ok, digest, record_derived, source_key
-from bm25aug.lucene.jvm import JNI_LOCK, jclass, process_wide
+from bm25aug.lucene.jvm import JNI_LOCK, anserini_jar, jclass, process_wide
 from bm25aug.limits import check
 from bm25aug.lucene.ranking import EMPTY, PAIRS, TopK, anserini_top
 
@@ -301,9 +301,26 @@ def open_reader(index_dir: str | Path):
         raise damaged(index_dir, e) from None
 
 
+# Java failing to load or link its own code: the jar on the classpath is incomplete or from another
+# release, whatever index is open, so rebuilding the index would not help.
+_LINKAGE_ERRORS = ("NoClassDefFoundError", "ClassNotFoundException", "NoSuchMethodError", "NoSuchFieldError",
+                   "IncompatibleClassChangeError", "UnsatisfiedLinkError")
+
+
 def damaged(index_dir: str | Path, error: Exception) -> UserError:
-    """The error for an index that Lucene cannot read (a truncated or overwritten file)."""
+    """The error for an index that Lucene cannot read (a truncated or overwritten file), unless
+    Java failed to load or link its own classes, which no rebuild of the index would mend."""
     cause = (str(error).splitlines() or [type(error).__name__])[0][:160]
+    # pyjnius keeps a Java error's class apart from its message (``classname``), and a wrapped
+    # error names its cause only in the stack trace, so look at all of it.
+    classname = getattr(error, "classname", None) or ""
+    everything = " ".join([classname, str(error), *map(str, getattr(error, "stacktrace", None) or [])])
+    if any(name in everything for name in _LINKAGE_ERRORS):
+        if classname:
+            cause = f"{classname}: {getattr(error, 'innermessage', None) or cause}"[:160]
+        return UserError(f"Java cannot load or link Lucene's classes ({cause}); {index_dir} is not at fault, the "
+                         f"Anserini jar {anserini_jar()} is incomplete or from another release; fix: pip install "
+                         f"--force-reinstall --no-deps pyserini==1.6.0")
     return UserError(f"{index_dir} is damaged: Lucene cannot read it ({cause}); fix: rebuild it with "
                      f"`bm25aug index --dataset NAME --force`, or restore the original index")
 
