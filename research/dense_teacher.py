@@ -1,0 +1,85 @@
+"""The dense peer as a teacher: does all-MiniLM-L6-v2's ranking, learned from about a billion
+sentence pairs, teach query weights that carry over to a corpus left out of training?
+
+    python research/dense_teacher.py [--dense-temperature 0.05] TRAIN.PY-OPTIONS
+    python research/dense_teacher.py --dataset nfcorpus squad --recipe general \
+        --output-dir runs/general/loo-dense/no-scifact --resume
+
+The general recipe's folds learn too little from two small corpora to help the third
+(docs/results.md, "A general model"), while the dense peer's RRF hybrid with bm25-flat gains on all
+three zero-shot. This runs train.py's training unchanged except for one term of the loss: the KL
+divergence (weight ``--distill-weight``, 1 by default) from the dense model's softmax over each
+batch's documents, its cosines divided by ``--dense-temperature``, to the student's BM25 softmax,
+as ``--teacher`` does with a bm25aug model. The dense model reads the student's own token ids (the
+same uncased vocabulary) and the corpus embeddings the dense peer caches. Evaluate the run with
+``eval.py --transfer``, as the other leave-one-out candidates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+import torch
+
+from bm25aug.cli import main as cli_main
+from bm25aug.search.dense import DenseEncoder, corpus_embeddings
+from bm25aug.train import command
+from bm25aug.train.corpora import TrainingCorpus
+from bm25aug.train.trainer import Trainer
+
+
+class DenseTeacherTrainer(Trainer):
+    """train.py's trainer, with the dense peer's scores of each batch as the distillation target."""
+
+    temperature = 0.05  # sentence-transformers' contrastive scale of 20
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.dense = DenseEncoder()
+        self.doc_vectors = {c.name: torch.from_numpy(corpus_embeddings(c.bm25.index, self.dense)[0])
+                            for c in self.corpora}
+        self._report_alignment()
+
+    def compute_loss(self, corpus: TrainingCorpus, qb, w: torch.Tensor, a: torch.Tensor, rows: list[int],
+                     mask: torch.Tensor, relevant: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        scores = corpus.bm25.score(self.target.boosts(qb, w, a, corpus.cmap), rows)
+        return corpus.loss(a, scores, torch.arange(len(qb.terms), device=self.device), mask, relevant,
+                           self.dense_scores(corpus, qb, rows))
+
+    @torch.no_grad()
+    def dense_scores(self, corpus: TrainingCorpus, qb, rows: list[int]) -> torch.Tensor:
+        """Queries x the batch's documents: cosine over the temperature."""
+        ids, attention = (torch.from_numpy(x) for x in (qb.input_ids, qb.attention_mask))
+        states = self.dense.model(input_ids=ids, attention_mask=attention).last_hidden_state
+        weights = attention.unsqueeze(-1).to(states.dtype)
+        queries = torch.nn.functional.normalize((states * weights).sum(1) / weights.sum(1).clamp(min=1e-9), dim=-1)
+        return (queries @ self.doc_vectors[corpus.name][rows].T / self.temperature).to(self.device)
+
+    def _report_alignment(self) -> None:
+        """A check that rows and embeddings line up: queries sit closer to their positives than to
+        random documents of their corpus."""
+        for corpus in self.corpora:
+            sample = corpus.examples[:64]
+            qb = self.target.batch([e.query for e in sample])
+            positives = [e.positives[0] for e in sample]
+            rng = np.random.default_rng(0)
+            others = rng.integers(0, corpus.bm25.num_docs, len(sample)).tolist()
+            cos = self.dense_scores(corpus, qb, positives + others) * self.temperature
+            n = len(sample)
+            print(f"dense teacher, {corpus.name}: cosine to the positive {cos[:, :n].diagonal().mean():.3f}, "
+                  f"to a random document {cos[:, n:].diagonal().mean():.3f}", file=sys.stderr)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--dense-temperature", type=float, default=DenseTeacherTrainer.temperature)
+    known, rest = parser.parse_known_args()
+    DenseTeacherTrainer.temperature = known.dense_temperature
+    command.Trainer = DenseTeacherTrainer  # train.py's command, with this trainer
+    sys.exit(cli_main(["train", *rest]))
+
+
+if __name__ == "__main__":
+    main()
