@@ -31,7 +31,8 @@ from bm25aug.train.trainer import Trainer
 
 
 class DenseTeacherTrainer(Trainer):
-    """train.py's trainer, with the dense peer's scores of each batch as the distillation target."""
+    """train.py's trainer, with the dense peer's scores of each batch as the distillation target
+    (its ``teacher_scores`` hook)."""
 
     temperature = 0.05  # sentence-transformers' contrastive scale of 20
 
@@ -42,19 +43,11 @@ class DenseTeacherTrainer(Trainer):
                             for c in self.corpora}
         self._report_alignment()
 
-    def compute_loss(self, corpus: TrainingCorpus, qb, w: torch.Tensor, a: torch.Tensor, rows: list[int],
-                     mask: torch.Tensor, relevant: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        scores = corpus.bm25.score(self.target.boosts(qb, w, a, corpus.cmap), rows)
-        return corpus.loss(a, scores, torch.arange(len(qb.terms), device=self.device), mask, relevant,
-                           self.dense_scores(corpus, qb, rows))
-
     @torch.no_grad()
-    def dense_scores(self, corpus: TrainingCorpus, qb, rows: list[int]) -> torch.Tensor:
+    def teacher_scores(self, corpus: TrainingCorpus, qb, rows: list[int]) -> torch.Tensor:
         """Queries x the batch's documents: cosine over the temperature."""
         ids, attention = (torch.from_numpy(x) for x in (qb.input_ids, qb.attention_mask))
-        states = self.dense.model(input_ids=ids, attention_mask=attention).last_hidden_state
-        weights = attention.unsqueeze(-1).to(states.dtype)
-        queries = torch.nn.functional.normalize((states * weights).sum(1) / weights.sum(1).clamp(min=1e-9), dim=-1)
+        queries = self.dense.embed(ids, attention)
         return (queries @ self.doc_vectors[corpus.name][rows].T / self.temperature).to(self.device)
 
     def _report_alignment(self) -> None:
@@ -66,7 +59,7 @@ class DenseTeacherTrainer(Trainer):
             positives = [e.positives[0] for e in sample]
             rng = np.random.default_rng(0)
             others = rng.integers(0, corpus.bm25.num_docs, len(sample)).tolist()
-            cos = self.dense_scores(corpus, qb, positives + others) * self.temperature
+            cos = self.teacher_scores(corpus, qb, positives + others) * self.temperature
             n = len(sample)
             print(f"dense teacher, {corpus.name}: cosine to the positive {cos[:, :n].diagonal().mean():.3f}, "
                   f"to a random document {cos[:, n:].diagonal().mean():.3f}", file=sys.stderr)

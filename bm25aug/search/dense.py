@@ -58,14 +58,20 @@ class DenseEncoder:
         return digest(Path(self.path) / "model.safetensors")
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        """Unit vectors, one row per text (mean of the token states under the attention mask)."""
-        torch = self.torch
+        """Unit vectors, one row per text."""
         batch = self.tokenizer(texts, padding=True, truncation=True, max_length=MAX_TOKENS, return_tensors="pt")
-        with torch.inference_mode():
-            states = self.model(**batch).last_hidden_state
-            mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
+        return self.embed(batch["input_ids"], batch["attention_mask"]).numpy()
+
+    def embed(self, input_ids, attention_mask):
+        """Unit vectors of token ids already made (a torch tensor, one row per text): the mean of
+        the token states under the attention mask. ``research/dense_teacher.py`` feeds it a query
+        model's own ids (the same vocabulary)."""
+        torch = self.torch
+        with torch.no_grad():
+            states = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(states.dtype)
             pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            return torch.nn.functional.normalize(pooled, dim=-1).numpy()
+            return torch.nn.functional.normalize(pooled, dim=-1)
 
 
 def corpus_embeddings(index, encoder: DenseEncoder) -> tuple[np.ndarray, float]:

@@ -251,7 +251,7 @@ class Trainer:
         for research code (``research/hybrid_probe.py`` scores two fields)."""
         scores = corpus.bm25.score(self.target.boosts(qb, w, a, corpus.cmap), rows)
         return corpus.loss(a, scores, torch.arange(len(qb.terms), device=self.device), mask, relevant,
-                           self._teacher_scores(corpus, qb, rows))
+                           self.teacher_scores(corpus, qb, rows))
 
     def _teacher(self) -> QueryAugmenter | None:
         """The ``--teacher`` model (on the CPU until the model moves), checked for its target."""
@@ -270,8 +270,9 @@ class Trainer:
         return model
 
     @torch.no_grad()
-    def _teacher_scores(self, corpus: TrainingCorpus, qb, rows: list[int]) -> torch.Tensor | None:
-        """The teacher's BM25 scores of the batch (queries x documents), its term lists as served."""
+    def teacher_scores(self, corpus: TrainingCorpus, qb, rows: list[int]) -> torch.Tensor | None:
+        """The teacher's BM25 scores of the batch (queries x documents), its term lists as served;
+        None without ``--teacher``. The public hook for another teacher (``research/dense_teacher.py``)."""
         if self.teacher is None:
             return None
         out = self.teacher(*self.inputs(qb))
