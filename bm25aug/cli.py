@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 
-from bm25aug.errors import UserError
+from bm25aug.errors import UserError, os_error_message
 from bm25aug.limits import RUNTIMES
 from bm25aug.lucene.reader import B, K1
 
@@ -51,9 +51,12 @@ def _runtime_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _index_parser(sub) -> None:
+    from bm25aug.lucene.index import FLAVORS
+
     p = sub.add_parser("index", help="build Lucene indexes of a dataset")
     p.add_argument("--dataset", required=True)
-    p.add_argument("--flavor", nargs="+", default=["flat", "wp"], choices=["flat", "wp"])
+    p.add_argument("--flavor", nargs="+", default=["flat", "wp"], choices=FLAVORS,
+                   help="flat and wp (default), or multifield: title and text as separate fields, as Pyserini's")
     p.add_argument("--force", action="store_true",
                    help="rebuild even if up to date, replacing whatever folder is at the index path")
     _data_args(p)
@@ -120,7 +123,9 @@ def _search_parser(sub) -> None:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--query", help="one query: its hits are printed (rank, docid, score)")
     g.add_argument("--queries", help="a file of queries: TSV (qid<TAB>text) or JSONL (_id, text)")
-    p.add_argument("--output", help="with --queries: the TREC run file to write (default: standard output)")
+    g.add_argument("--terms", help="a file of weighted term lists, as bm25aug export writes them (JSONL: id, "
+                                   "vector {term: weight}): plain BM25 on those weights")
+    p.add_argument("--output", help="with --queries or --terms: the TREC run file to write (default: standard output)")
     p.add_argument("--k", type=int, help="hits per query (default: 10 for --query, 1000 for --queries)")
     _bm25_args(p)
     _runtime_arg(p)
@@ -150,8 +155,16 @@ def _serve_parser(sub) -> None:
                              ("doc-cache", int, "stored documents cached per index"),
                              ("retry-after", int, "seconds a 503 asks clients to wait"),
                              ("shutdown-s", int, "seconds a stop waits for in-flight requests"),
+                             ("header-timeout-s", float, "seconds a request (head and body) has to arrive"),
+                             ("max-connections", int, "open connections (past it the oldest idle one is closed)"),
+                             ("max-terms", int, "terms of one weighted query"),
+                             ("max-body-bytes", int, "largest request body"),
                              ("k1", float, "BM25 k1"), ("b", float, "BM25 b")):
         p.add_argument(f"--{flag}", type=kind, help=f"{what} (default: {getattr(d, flag.replace('-', '_'))})")
+    for flag, what in (("allowed-hosts", "Host header names answered, any port"),
+                       ("allowed-origins", "Origin headers answered (browser pages)")):
+        p.add_argument(f"--{flag}", nargs="+", metavar="NAME", help=f"{what}; '*' for any, behind a proxy that "
+                       f"checks them (default: {' '.join(getattr(d, flag.replace('-', '_')))})")
     p.add_argument("--runtime", choices=RUNTIMES, help=f"the query encoder's runtime (default: {d.runtime})")
 
 
@@ -177,12 +190,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_all(args)
         importlib.import_module(COMMANDS[args.command]).run(args)
+        sys.stdout.flush()  # here, so that a reader that left early is a BrokenPipeError below, not at exit
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `| head` closed the pipe: stop quietly, as Unix tools do
+        _silence_stdout()
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool its pipe stopped
     except OSError as e:  # e.g. a disk that fills up while writing
-        print(f"error: {e.strerror or e} ({e.filename or 'no file name'}); fix: check that path: free space, "
-              f"permissions", file=sys.stderr)
+        print(f"error: {os_error_message(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         if args.command == "serve":  # Ctrl-C or SIGTERM is how a server is stopped
@@ -193,6 +209,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"interrupted; temporaries removed; {again}", file=sys.stderr)
         return 130
     return 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's own flush at exit finds no broken pipe to report."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

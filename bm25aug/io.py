@@ -76,7 +76,9 @@ def check_replaceable(path: Path, marker: str | tuple[str, ...] | None, what: st
     not empty; ``marker=None`` (a user's explicit ``--force``) replaces any folder."""
     if not path.exists() or (marker is None and path.is_dir() and not path.is_symlink()):
         return
-    if not path.is_dir() or path.is_symlink():
+    if path.is_symlink():
+        raise UserError(f"{path} is a symbolic link (to {os.readlink(path)}); bm25aug will not replace it; fix: {fix}")
+    if not path.is_dir():
         raise UserError(f"{path} exists and is not a folder; bm25aug will not replace it; fix: {fix}")
     markers = (marker,) if isinstance(marker, str) else marker
     if any((path / m).exists() for m in markers) or not any(path.iterdir()):
@@ -126,6 +128,25 @@ def claim_folder(path: str | Path, marker: str, what: str, option: str,
         lock.release()
         raise
     return lock
+
+
+def lock_held(folder: str | Path) -> bool:
+    """Whether another process holds ``folder``'s lock (``claim_folder``): a training run is
+    writing it, and may replace what is in it (best/, last/) at any moment."""
+    import fcntl
+
+    try:
+        fd = os.open(Path(folder) / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # fails while a writer holds it exclusively
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
 
 
 @contextmanager
@@ -222,22 +243,85 @@ def _same_or_inside(path: Path, other: Path) -> bool:
         return False
 
 
+WALK_LIMIT = 20_000  # entries looked at in one input folder (datasets, indexes and models hold far fewer)
+
+
+class _Reach:
+    """Everything reading an input can touch: its real folder (and the real folders its links lead
+    to) and every file in them, by real path and by (device, inode), so that a hard link counts too."""
+
+    def __init__(self, source: Path):
+        self.folders: list[Path] = []
+        self.files: dict[tuple[int, int], Path] = {}
+        seen: set[tuple[int, int]] = set()
+        todo, looked = [source], 0
+        while todo and looked < WALK_LIMIT:
+            entry = todo.pop()
+            looked += 1
+            try:
+                st = entry.stat()  # through links
+            except OSError:
+                continue  # a dangling link, or a file that vanished: nothing to protect
+            real = Path(os.path.realpath(entry))
+            if os.path.isdir(real):
+                if (st.st_dev, st.st_ino) in seen:
+                    continue  # a link loop, or a folder reached twice
+                seen.add((st.st_dev, st.st_ino))
+                self.folders.append(real)
+                try:
+                    todo.extend(real.iterdir())
+                except OSError:
+                    continue
+            else:
+                self.files[(st.st_dev, st.st_ino)] = entry
+
+    def clash(self, path: Path) -> str | None:
+        """How an output at ``path`` would overwrite what this input reads: ``is <file>``, ``lies
+        inside <folder>``, or None."""
+        real = Path(os.path.realpath(path))
+        for folder in self.folders:
+            if real == folder or folder in real.parents:
+                return f"lies inside {folder}"
+        try:
+            st = real.stat()
+        except OSError:
+            return None
+        if (hit := self.files.get((st.st_dev, st.st_ino))) is not None:
+            return f"is {hit}" if Path(os.path.realpath(hit)) == real else f"is a hard link of {hit}"
+        return None
+
+    def inside(self, folder: Path) -> Path | None:
+        """A file or folder this input reads that lies inside ``folder`` (an output folder), if any."""
+        real = Path(os.path.realpath(folder))
+        for path in [*self.folders, *(Path(os.path.realpath(f)) for f in self.files.values())]:
+            if path == real or real in path.parents:
+                return path
+        return None
+
+
 def check_outputs(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path | None],
                   folders: tuple[str, ...] = ()) -> None:
-    """Before any work: no output may be an input or lie inside an input folder (a dataset, an
-    index, a model), and no two outputs may be one file. ``outputs``: option -> path (None: not
-    asked for); ``inputs``: what it is -> path; ``folders``: the options whose output is a folder
-    (the others must be writable files)."""
+    """Before any work: no output may be an input, a file an input folder holds (reached through
+    symbolic or hard links too), or lie inside an input folder (a dataset, an index, a model), and
+    no two outputs may be one file. ``outputs``: option -> path (None: not asked for); ``inputs``:
+    what it is -> path; ``folders``: the options whose output is a folder (the others must be
+    writable files)."""
     given = {option: Path(p) for option, p in outputs.items() if p}
+    reach = {what: _Reach(Path(source)) for what, source in inputs.items() if source}
     for option, path in given.items():
         if option not in folders:
             check_output_path(path, option)
         for what, source in inputs.items():
-            if source and _same_or_inside(path, Path(source)):
+            if not source:
+                continue
+            if _same_or_inside(path, Path(source)):
                 where = "is" if path.resolve() == Path(source).resolve() else "lies inside"
                 raise UserError(f"{option} {path} {where} {what} ({source}), which this command reads; "
                                 f"fix: write the output somewhere else")
-            if source and option in folders and _same_or_inside(Path(source), path):
+            if clash := reach[what].clash(path):
+                raise UserError(f"{option} {path} {clash}, which {what} ({source}) reads; "
+                                f"fix: write the output somewhere else")
+            if option in folders and (_same_or_inside(Path(source), path) or reach[what].inside(path)):
                 raise UserError(f"{option} {path} holds {what} ({source}), which this command reads; "
                                 f"fix: write the output somewhere else")
     options = list(given)

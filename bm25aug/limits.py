@@ -49,10 +49,15 @@ class Range:
     def describe(self) -> str:
         kind = "an integer" if self.integer else "a number"
         if self.high is None:
-            text = f"{kind} >= {self.low:g}"
+            text = f"{kind} >= {_number(self.low)}"
         else:
-            text = f"{kind} from {self.low:g} to {'below ' if self.high_open else ''}{self.high:g}"
+            text = f"{kind} from {_number(self.low)} to {'below ' if self.high_open else ''}{_number(self.high)}"
         return f"{text} ({self.note})" if self.note else text
+
+
+def _number(value: float) -> str:
+    """A range's end as people write it: 2,147,483,647 rather than 2.14748e+09."""
+    return f"{int(value):,}" if float(value).is_integer() and abs(value) >= 10_000 else f"{value:g}"
 
 
 RANGES: dict[str, Range] = {
@@ -72,9 +77,12 @@ RANGES: dict[str, Range] = {
     "grade": Range(-1000, 1000, integer=True, note="graded qrels use small integers such as 0, 1, 2"),
     # training
     "epochs": Range(1, None, integer=True),
+    "epoch_steps": Range(0, None, integer=True, note="0: every example once an epoch"),
+    "expansion_terms": Range(0, 1000, integer=True, note="candidate added terms per query term; 0: reweighting only"),
     "batch_size": Range(1, None, integer=True),
     "lr": Range(0, 1, note="the encoder's learning rate, e.g. 3e-5"),
     "head_lr": Range(0, 1, note="the heads' learning rate, e.g. 1e-3"),
+    "table_lr": Range(0, 10, note="the static table's learning rate, e.g. 0.05"),
     "weight_decay": Range(0, 1),
     "warmup_ratio": Range(0, 1),
     "lam": Range(0, None),
@@ -115,8 +123,10 @@ def check(name: str, value, option: str | None = None):
 
 
 def run_id_ok(value: str) -> bool:
-    """Whether an id can stand in a TREC run or qrels line, which split on whitespace."""
-    return bool(value) and len(value.split()) == 1 and value.strip() == value
+    """Whether an id can stand in a TREC run or qrels line, which split on whitespace, and in the
+    fixed-width id tables, which drop trailing NULs: no whitespace, no control character."""
+    return bool(value) and len(value.split()) == 1 and value.strip() == value \
+        and not any(ord(c) < 32 or ord(c) == 127 for c in value)
 
 
 def check_choice(what: str, value, choices: tuple) -> str:

@@ -184,14 +184,37 @@ def test_the_id_table_is_written_a_slice_at_a_time(tiny_wp, tmp_path, monkeypatc
     id): with slices of 3, the table and the ids searched by equal the index's own."""
     import shutil
 
-    from bm25aug.lucene import reader as lucene_reader
+    from bm25aug.lucene import docids
+    from bm25aug.lucene.reader import open_reader
 
     _, _, flat = tiny_wp
     copy = tmp_path / "tiny.flat"
     shutil.copytree(flat, copy)
-    whole = (copy / lucene_reader.DOCIDS_FILE).read_text()
-    (copy / lucene_reader.DOCIDS_FILE).unlink()
-    monkeypatch.setattr(lucene_reader, "_ID_SLICE", 3)
-    lucene_reader.write_docids(copy)
-    assert (copy / lucene_reader.DOCIDS_FILE).read_text() == whole and len(whole.splitlines()) > 3
+    whole = (copy / docids.DOCIDS_FILE).read_text()
+    (copy / docids.DOCIDS_FILE).unlink()
+    monkeypatch.setattr(docids, "_ID_SLICE", 3)
+    reader = open_reader(copy)
+    try:
+        docids.write_docids(copy, reader)
+    finally:
+        reader.close()
+    assert (copy / docids.DOCIDS_FILE).read_text() == whole and len(whole.splitlines()) > 3
     assert BM25Searcher(copy).docids.tolist() == whole.splitlines()
+
+
+def test_an_id_that_is_not_exactly_a_stored_id_never_matches(tiny_wp, tmp_path):
+    """numpy's fixed-width strings drop trailing NULs: "d1\\x00" must not resolve to d1, and an index
+    whose stored id ends in NUL keeps that id exactly (hits, lookups)."""
+    from test_stock_index import pyserini_index
+
+    _, _, flat = tiny_wp
+    index = BM25Searcher(flat).index
+    d1 = int(index.doc_numbers(["d1"])[0])
+    assert d1 >= 0 and index.docids[d1] == "d1"
+    assert index.doc_numbers(["d1\x00", "d1\x00\x00", "d1", "d9", 1]).tolist() == [-1, -1, d1, -1, -1]
+    stock = pyserini_index(tmp_path / "nul.flat", ids={"d2": "d2\x00"})  # d2's text stored under "d2\x00"
+    searcher = BM25Searcher(stock)
+    assert searcher.search("dog barking", 1)[0].docid == "d2\x00"
+    nul = int(searcher.index.doc_numbers(["d2\x00"])[0])
+    assert nul >= 0 and searcher.index.doc_numbers(["d2", "d2\x00\x00"]).tolist() == [-1, -1]
+    assert searcher.docids[nul] == "d2\x00" and searcher.index.doc_numbers(["d1"])[0] >= 0

@@ -368,7 +368,7 @@ def test_a_training_folder_is_claimed_and_settings_checked_before_writing(tmp_pa
     weights = (tmp_path / "run" / "best" / "model.safetensors").read_bytes()
     with pytest.raises(UserError, match="already holds a training run"):
         Trainer(tiny_train_config(tmp_path / "run"), ds, flat)
-    with pytest.raises(UserError, match="no last/ to resume from"):
+    with pytest.raises(UserError, match="no last/ to continue it from"):
         Trainer(tiny_train_config(tmp_path / "run"), ds, flat, resume=True)
     with pytest.raises(UserError, match="holds the teacher"):
         Trainer(tiny_train_config(tmp_path / "run2", teacher=str(tmp_path / "run2" / "best")), ds, flat)

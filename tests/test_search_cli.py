@@ -76,3 +76,36 @@ def test_search_refuses_to_write_over_its_queries(tiny_wp, tmp_path, capsys):
         assert "is empty or holds whitespace" in capsys.readouterr().err
     assert main(["search", "--index", str(flat), "--query", "cat", "--output", str(tmp_path / "x.trec")]) == 2
     assert "--output writes the run of --queries" in capsys.readouterr().err
+
+
+def test_exported_term_lists_searched_with_terms_rank_as_the_model(tiny_wp, tmp_path, flat_model, capsys):
+    """``bm25aug export`` then ``bm25aug search --terms``: the model's own hits, without the model."""
+    ds, _, flat = tiny_wp
+    flat_model.save_pretrained(tmp_path / "model")
+    queries = ds.split("test").queries
+    assert main(["export", "--checkpoint", str(tmp_path / "model"), "--dataset", str(ds.path), "--split", "test",
+                 "--output", str(tmp_path / "q.jsonl"), "--index-root", str(flat.parent)]) == 0
+    assert main(["search", "--index", str(flat), "--terms", str(tmp_path / "q.jsonl"), "--k", "5",
+                 "--output", str(tmp_path / "run.trec"), "--threads", "2"]) == 0
+    run = read_trec_run(tmp_path / "run.trec")
+    searcher = AugmentedSearcher.from_pretrained(tmp_path / "model", flat)
+    for qid, q in queries.items():
+        assert [(h.docid, round(h.score, 4)) for h in run[qid]] == \
+            [(h.docid, round(h.score, 4)) for h in searcher.search(q, k=5)]
+
+
+@pytest.mark.parametrize("line, says", [
+    ('{"id": "q1", "vector": {}}', "non-empty object"),
+    ('{"id": "q1", "vector": {"cat": -1}}', "the weight of 'cat'"),
+    ('{"id": "q1", "vector": {"cat": NaN}}', "the weight of 'cat'"),
+    ('{"id": "q1", "vector": {"two words": 1}}', "whitespace"),
+    ('{"id": "q 1", "vector": {"cat": 1}}', "holds whitespace"),
+    ('{"vector": {"cat": 1}}', "expected"),
+    ('not json', "malformed JSON"),
+])
+def test_bad_term_lists_are_one_line_errors(tiny_wp, tmp_path, capsys, line, says):
+    _, _, flat = tiny_wp
+    (tmp_path / "t.jsonl").write_text(line + "\n")
+    assert main(["search", "--index", str(flat), "--terms", str(tmp_path / "t.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err and "t.jsonl:1" in err, err

@@ -73,7 +73,7 @@ def server(scifact_flat, served_model, tmp_path_factory):
     """SciFact's flat index served with the model, and again without one (``plain``)."""
     log = tmp_path_factory.mktemp("serve_log") / "server.log"
     server = Server(["--index", f"scifact={scifact_flat}", "--model", f"scifact={served_model}",
-                     "--index", f"plain={scifact_flat}", "--threads", "2"], log)
+                     "--index", f"plain={scifact_flat}", "--threads", "2", "--max-hits", "3000"], log)
     yield server
     assert server.stop() == 0, log.read_text()
     assert "Traceback" not in log.read_text()
@@ -140,7 +140,7 @@ def test_documents_augment_and_indexes(server, scifact):
     ("/v1/scifact/search", {"query": "   \t"}, 400, "empty"),
     ("/v1/scifact/search", {"query": "x" * 2049}, 400, "query"),
     ("/v1/scifact/search", {"query": "cats", "hits": 0}, 400, "hits"),
-    ("/v1/scifact/search", {"query": "cats", "hits": 1001}, 400, "hits"),
+    ("/v1/scifact/search", {"query": "cats", "hits": 3001}, 400, "limit of 3,000"),
     ("/v1/scifact/search", {"query": "cats", "hits": "ten"}, 400, "hits"),
     ("/v1/scifact/search", {"query": "cats", "method": "dense"}, 400, "method"),
     ("/v1/scifact/search", {}, 400, "query"),
@@ -157,13 +157,15 @@ def test_bad_input_is_a_4xx_json_error_naming_the_fix(server, path, params, stat
     assert says in error and "fix" in error and "\n" not in error
 
 
-def test_odd_bytes_are_answered_and_a_post_is_refused(server):
+def test_odd_bytes_are_answered_and_a_put_is_refused(server):
     # invalid UTF-8 arrives as U+FFFD (Starlette's decoding), a NUL as itself: searched, no 5xx
     for raw in ("%ED%A0%80", "%00", "cats%00dogs", "%FF%FE"):
         response = httpx.get(f"{server.url}/v1/scifact/search?query={raw}")
         assert response.status_code in (200, 400) and isinstance(response.json(), dict), raw
-    response = httpx.post(f"{server.url}/v1/scifact/search", params={"query": "cats"})
-    assert response.status_code == 405 and "error" in response.json()
+    response = httpx.put(f"{server.url}/v1/scifact/search", params={"query": "cats"})
+    assert response.status_code == 405 and "error" in response.json() and response.headers["allow"] == "GET, POST"
+    response = httpx.post(f"{server.url}/v1/scifact/search", params={"query": "cats"})  # POST takes a JSON body
+    assert response.status_code == 400 and "the JSON body" in response.json()["error"]
 
 
 def test_schemathesis_finds_no_5xx_and_every_response_matches_the_spec(server, tmp_path):
@@ -191,7 +193,7 @@ def test_a_full_queue_is_a_503_with_retry_after(scifact_flat):
 
     async def run():
         transport = httpx.ASGITransport(app=create_app(service))
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             first = asyncio.ensure_future(client.get("/v1/s/search", params={"query": "cats"}))
             await asyncio.sleep(0.5)  # the worker holds the first request
             second = asyncio.ensure_future(client.get("/v1/s/search", params={"query": "dogs"}))
@@ -304,7 +306,7 @@ def test_a_docid_with_a_slash_is_fetched(tmp_path):
 
     async def run():
         transport = httpx.ASGITransport(app=create_app(service))
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             hit = (await client.get("/v1/s/search", params={"query": "rock band", "hits": 1})).json()["candidates"][0]
             return hit, (await client.get("/v1/s/doc/AC/DC")).json(), (await client.get("/v1/s/doc/AC%2FDC")).json()
 
@@ -372,7 +374,7 @@ def check_tool_answers(answers, scifact_flat, served_model) -> None:
     from bm25aug.search.augmented import AugmentedSearcher
 
     names, results, bad = answers
-    assert names == {"search", "augment", "get_document", "list_indexes"}
+    assert names == {"search", "search_terms", "augment", "get_document", "list_indexes"}
     data = {name: json.loads(result.content[0].text) for name, result in results.items()}
     assert not any(result.is_error for result in results.values())
     expected = AugmentedSearcher.from_pretrained(served_model, scifact_flat).search(QUERIES[0], 5)

@@ -7,8 +7,9 @@ import pytest
 from conftest import TINY_DOCS
 
 
-def pyserini_index(path, tokenizer=None):
-    """Index the tiny corpus with Pyserini's programmatic indexer (flat, or pretokenized wp)."""
+def pyserini_index(path, tokenizer=None, ids=None):
+    """Index the tiny corpus with Pyserini's programmatic indexer (flat, or pretokenized wp);
+    ``ids`` renames documents (``{"d2": "other"}``)."""
     from bm25aug.lucene.jvm import start_jvm
     from bm25aug.model.tokenization import untruncated
 
@@ -21,7 +22,7 @@ def pyserini_index(path, tokenizer=None):
     if tokenizer is not None:
         texts = [" ".join(e.tokens) for e in untruncated(tokenizer).encode_batch(texts, add_special_tokens=False)]
     for docid, text in zip(TINY_DOCS, texts):
-        indexer.add_doc_raw(json.dumps({"id": docid, "contents": text}))
+        indexer.add_doc_raw(json.dumps({"id": (ids or {}).get(docid, docid), "contents": text}))
     indexer.close()
     return path
 

@@ -85,8 +85,9 @@ def _checked(docid: str, doc: Document, line: str, where: str) -> bytes:
         for text in (docid, doc.title, doc.text):
             check_text(text, where)
     if not run_id_ok(docid):
-        raise UserError(f"{where}: document id {docid!r} is empty or holds whitespace, which TREC run and qrels "
-                        f"files cannot hold; fix: give that document an id without spaces, tabs or newlines")
+        raise UserError(f"{where}: document id {docid!r} is empty or holds whitespace or a control character, which "
+                        f"TREC run and qrels files cannot hold; fix: give that document an id without spaces, tabs, "
+                        f"newlines or control characters")
     return docid.encode("utf-8")
 
 
@@ -156,19 +157,22 @@ class Corpus(Mapping):
 
     def _find(self, docid: str) -> int:
         """Line index (into the offset table) of ``docid``, or -1."""
-        if not isinstance(docid, str) or not len(self._sorted_ids):
-            return -1
+        if not isinstance(docid, str) or not len(self._sorted_ids) or "\x00" in docid:
+            return -1  # (numpy's fixed-width bytes compare "4983\x00" equal to "4983"; no stored id holds a NUL)
         key = docid.encode("utf-8")
         at = int(np.searchsorted(self._sorted_ids, key))
         return int(self._sorted_lines[at]) if at < len(self._sorted_ids) and self._sorted_ids[at] == key else -1
 
     def has(self, docids) -> np.ndarray:
         """Whether each of many ids is in the corpus, in one vectorized look-up."""
+        docids = list(docids)
+        # numpy's fixed-width strings drop trailing NULs ("4983\x00" would be "4983"), and no stored id holds one
+        clean = np.asarray([isinstance(d, str) and "\x00" not in d for d in docids], bool)
         keys = np.char.encode(np.asarray(docids, dtype=str), "utf-8")
         if not len(keys) or not len(self._sorted_ids):
             return np.zeros(len(keys), bool)
         at = np.minimum(np.searchsorted(self._sorted_ids, keys), len(self._sorted_ids) - 1)
-        return self._sorted_ids[at] == keys
+        return (self._sorted_ids[at] == keys) & clean
 
     def __contains__(self, docid) -> bool:
         return self._find(docid) >= 0

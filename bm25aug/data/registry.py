@@ -75,19 +75,32 @@ BEIR_NAMES = ["scifact", "nfcorpus", "fiqa", "arguana", "scidocs", "trec-covid",
 for _name in BEIR_NAMES:
     REGISTRY.setdefault(_name, DatasetSpec("beir", {f"{_name}.zip": BEIR_URL.format(name=_name)},
                                            remove_query=_name in ("arguana", "quora")))
+# Converted sets with no download here: a local copy only (../shared/data's README says where each
+# comes from). SQuADShifts: new SQuAD-style questions on Wikipedia, Reddit and Amazon text (Miller
+# et al., 2020), so a SQuAD model is their transfer source; MedQuAD: NIH consumer-health answers.
+for _name in ("squadshifts-wiki", "squadshifts-reddit", "squadshifts-amazon"):
+    REGISTRY[_name] = DatasetSpec("dpr", transfer_source="squad")
+REGISTRY["medquad"] = DatasetSpec("beir")
 REGISTRY["scifact"] = DatasetSpec("beir", {"scifact.zip": BEIR_URL.format(name="scifact")}, transfer_source="nfcorpus")
 REGISTRY["nfcorpus"] = DatasetSpec("beir", {"nfcorpus.zip": BEIR_URL.format(name="nfcorpus")}, transfer_source="scifact")
 
 
+def layouts_in(path: Path) -> list[str]:
+    """Every layout whose corpus file the folder holds, in the order ``detect_layout`` prefers them."""
+    found = [("beir", (path / "corpus.jsonl").exists()),
+             ("dpr", first_file(path, ["passages.tsv", "psgs_w100.tsv"]) is not None),
+             ("msmarco", (path / "collection.tsv").exists())]
+    return [layout for layout, there in found if there]
+
+
 def detect_layout(path: Path) -> str | None:
-    """The layout of a local folder, judged by its files."""
-    if (path / "corpus.jsonl").exists():
-        return "beir"
-    if first_file(path, ["passages.tsv", "psgs_w100.tsv"]) is not None:
-        return "dpr"
-    if (path / "collection.tsv").exists():
-        return "msmarco"
-    return None
+    """The layout of a local folder, judged by its files (BEIR's first, then DPR's, then MS MARCO's)."""
+    return next(iter(layouts_in(path)), None)
+
+
+# What a split of each layout is read from (for the error that names a missing one).
+SPLIT_FILES = {"beir": "qrels/<split>.tsv", "dpr": "<split>.qa.tsv (or DPR's <split>.json)",
+               "msmarco": "qrels.<split>.tsv with queries.<split>.tsv"}
 
 
 class Dataset:
@@ -97,6 +110,9 @@ class Dataset:
         self.name, self.path, self.layout = name, Path(path), layout
         self.spec = REGISTRY.get(name, DatasetSpec(layout))
         self._splits: dict[str, Split] = {}
+        if others := [other for other in layouts_in(self.path) if other != layout]:
+            log.warning("%s holds the corpus files of several layouts (%s); it is read as %s", self.path,
+                        ", ".join([layout, *others]), layout)
 
     def __repr__(self) -> str:
         return f"Dataset({self.name!r}, {str(self.path)!r}, layout={self.layout!r})"
@@ -135,13 +151,26 @@ class Dataset:
     def split(self, name: str) -> Split:
         if name not in self._splits:
             if name not in self.splits():
-                raise UserError(f"{self.name} has no split {name!r} (it has: {', '.join(self.splits()) or 'none'}); "
-                                f"fix: pass --split with one of those")
+                raise self._no_split(name)
             loader = LOADERS
             split = loader[self.layout](self.path, name)
             self._warn_unknown_docs(name, split)
             self._splits[name] = split
         return self._splits[name]
+
+    def _no_split(self, name: str) -> UserError:
+        """The error for a split the folder lacks, with the fix that fits: another split, the file
+        that would hold it, or one layout per folder."""
+        others = [layout for layout in layouts_in(self.path) if layout != self.layout]
+        if others:
+            return UserError(f"{self.path} holds the corpus files of {len(others) + 1} layouts ({self.layout}, "
+                             f"{', '.join(others)}) and is read as {self.layout}, which has no split {name!r} (it looks "
+                             f"for {SPLIT_FILES[self.layout]}); fix: keep one dataset layout per folder")
+        if have := self.splits():
+            return UserError(f"{self.name} has no split {name!r} (it has: {', '.join(have)}); fix: pass --split with "
+                             f"one of those")
+        return UserError(f"{self.name} ({self.path}, {self.layout} layout) has no judged split: no "
+                         f"{SPLIT_FILES[self.layout]} file; fix: add {SPLIT_FILES[self.layout].replace('<split>', name)}")
 
     def _warn_unknown_docs(self, name: str, split: Split) -> None:
         """Judgements of documents the corpus lacks move to ``split.absent``: training leaves them

@@ -3,6 +3,8 @@
 A method is an entry in ``METHODS``: the index flavor it searches, how its searcher is made, and
 the methods to run beside it (``augmented`` brings both BM25 baselines, so that its latency and
 quality ratios compare like with like, in one process). Adding a method is adding an entry.
+``bm25-multifield`` is Pyserini's (title and text as two fields, ``contents^1 title^1``);
+``augmented-multifield`` is a flat-target model's term list over that index.
 
     from bm25aug.eval.evaluate import EvalConfig, evaluate
     result = evaluate(EvalConfig(dataset="scifact", method="bm25-flat"))
@@ -11,10 +13,11 @@ quality ratios compare like with like, in one process). Adding a method is addin
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -27,6 +30,8 @@ from bm25aug.limits import RUNTIMES, check_all, check_choice
 log = logging.getLogger(__name__)
 # Relative to the working directory unless set, like Pyserini's indexes/ and runs/.
 CHECKPOINT_ROOT = Path(os.environ.get("BM25AUG_CHECKPOINT_ROOT", "checkpoints"))
+# --split: the queries the checkpoint's training run held out as its dev set (its dev_split.json)
+CHECKPOINT_DEV = "checkpoint-dev"
 
 
 @dataclass
@@ -51,6 +56,8 @@ class EvalConfig:
     tokenizer: str | None = None  # the WordPiece tokenizer a stock wp ``index`` was built with
     remove_query: bool | None = None  # drop hits whose docid is the query id; None: the dataset's default
     companions: bool = True  # run the method's companions (baselines) beside it
+    # a multifield index's field weights, for the asked-for method (default: Pyserini's, MULTIFIELD_WEIGHTS)
+    fields: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
         check_all(self)
@@ -70,6 +77,7 @@ class Method:
     searcher: Callable
     needs_checkpoint: bool = False
     companions: tuple[str, ...] = ()
+    target: str | None = None  # the checkpoint target a fixed-flavor model method needs (augmented-multifield: flat)
 
 
 def _bm25(flavor: str):
@@ -77,7 +85,7 @@ def _bm25(flavor: str):
         from bm25aug.search.bm25 import BM25Searcher
 
         return BM25Searcher(index, config.k1, config.b, tokenizer=config.tokenizer if config.index else None,
-                            flavor=flavor)
+                            flavor=flavor, fields=config.fields if flavor == "multifield" else None)
 
     return make
 
@@ -96,18 +104,28 @@ def _augmented(index: Path, config: EvalConfig, checkpoint: Path | None):
 
     return AugmentedSearcher.from_pretrained(checkpoint, index, config.k1, config.b, runtime=config.runtime,
                                              encode_batch_size=config.encode_batch_size,
-                                             aug_gate=config.aug_gate)
+                                             aug_gate=config.aug_gate, fields=config.fields)
 
 
 def _augmented_rm3(index: Path, config: EvalConfig, checkpoint: Path | None):
     from bm25aug.search.feedback import RM3Searcher
 
-    return RM3Searcher(_augmented(index, config, checkpoint))
+    first = _augmented(index, config, checkpoint)
+    _flat_only(first.bm25.meta, index, "augmented-rm3 reads its feedback from one field's document vectors")
+    return RM3Searcher(first)
+
+
+def _flat_only(meta, index: Path, why: str) -> None:
+    if meta.flavor != "flat":
+        raise UserError(f"{index} is a {meta.flavor} index and {why}, a flat index's; fix: pass the dataset's flat "
+                        f"index (`bm25aug index --dataset NAME --flavor flat`)")
 
 
 def _dense(index: Path, config: EvalConfig, checkpoint: Path | None):
+    from bm25aug.lucene.index import IndexMeta
     from bm25aug.search.dense import DenseSearcher
 
+    _flat_only(IndexMeta.load(index, flavor="flat"), index, "the dense peer encodes the stored contents")
     return DenseSearcher(index)
 
 
@@ -120,6 +138,8 @@ def _hybrid(index: Path, config: EvalConfig, checkpoint: Path | None):
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("bm25-flat", "flat", _bm25("flat")),
     Method("bm25-wp", "wp", _bm25("wp")),
+    # Pyserini's bm25-multifield: title and text indexed apart, searched as contents^1 title^1
+    Method("bm25-multifield", "multifield", _bm25("multifield")),
     Method("bm25-rm3", "flat", _expansion("rm3")),  # Pyserini's RM3, default parameters
     Method("bm25-rocchio", "flat", _expansion("rocchio")),  # Pyserini's Rocchio, default parameters
     Method("dense", "flat", _dense),  # all-MiniLM-L6-v2, exact inner product (bm25aug.search.dense)
@@ -129,6 +149,9 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     # RM3 (Pyserini's defaults) on the augmented query: the feedback baseline (bm25aug.search.feedback)
     Method("augmented-rm3", "target", _augmented_rm3, needs_checkpoint=True,
            companions=("bm25-flat", "bm25-rm3", "augmented")),
+    # A flat-target model's term list over the multifield index (each term on contents and title)
+    Method("augmented-multifield", "multifield", _augmented, needs_checkpoint=True, target="flat",
+           companions=("bm25-multifield", "bm25-flat", "augmented")),
 )}
 
 
@@ -167,8 +190,32 @@ def index_flavor(method: Method, checkpoint: Path | None) -> str:
     from bm25aug.model.augmenter import AugmenterConfig
 
     if method.flavor != "target":
+        if method.target and (target := AugmenterConfig.load(checkpoint).target) != method.target:
+            raise UserError(f"{method.name} searches a {method.flavor} index with a {method.target}-target model, and "
+                            f"{checkpoint} was trained for {target} indexes; fix: pass a {method.target}-target "
+                            f"checkpoint, or use --method augmented")
         return method.flavor
     return AugmenterConfig.load(checkpoint).target
+
+
+def checkpoint_dev(dataset, checkpoint: Path | None):
+    """``--split checkpoint-dev``: the queries ``checkpoint``'s training run held out (``dev_split.json``
+    of its run folder: a seeded slice of train, or the dataset's dev split); never a test split."""
+    from bm25aug.data.layouts import Split
+
+    path = checkpoint.parent / "dev_split.json" if checkpoint else None
+    if path is None or not path.is_file():
+        raise UserError(f"--split {CHECKPOINT_DEV} is the dev queries a training run held out, and "
+                        f"{checkpoint or 'this method'} has no dev_split.json beside it; fix: pass --checkpoint with "
+                        f"the folder train.py wrote, or --split NAME")
+    qids = json.loads(path.read_text(encoding="utf-8"))["qids"]
+    qids = set(qids.get(dataset.name, []) if isinstance(qids, dict) else qids)  # several corpora: by name
+    source = dataset.split("dev" if "dev" in dataset.splits() else "train")
+    if not qids or not qids <= source.queries.keys():
+        raise UserError(f"{path} does not name dev queries of {dataset.name}; fix: pass the dataset the model was "
+                        f"trained on, or --split NAME")
+    return Split(*({q: v for q, v in part.items() if q in qids}
+                   for part in (source.queries, source.qrels, source.answers, source.negatives, source.absent)))
 
 
 def resolve_checkpoint(path: str | None, dataset_name: str, transfer: bool) -> Path:
@@ -230,7 +277,7 @@ def run_method(method: Method, config: EvalConfig, dataset, split, k: int, check
     start = time.perf_counter()
     if isinstance(searcher, AugmentedSearcher):  # encoded once: searched, and described below
         terms = searcher.term_lists(texts, config.threads)
-        tops = searcher.bm25.batch_search_terms_arrays(terms, k, config.threads, desc="search")
+        tops = searcher.batch_search_terms_arrays(terms, k, config.threads, desc="search")
     else:
         tops = searcher.batch_search_arrays(texts, k, config.threads, desc="search")
     qps = len(texts) / max(time.perf_counter() - start, 1e-9)
@@ -238,7 +285,9 @@ def run_method(method: Method, config: EvalConfig, dataset, split, k: int, check
     if isinstance(searcher, AugmentedSearcher):
         extra = {"aug_terms_mean": mean_added_terms(searcher.bm25, texts, terms),
                  "query_terms_mean": float(np.mean([len(v) for v in terms])) if terms else 0.0}
-        if not dataset.is_qa and DocTermReader(searcher.bm25.index, searcher.bm25.meta.flavor == "wp").readable:
+        if searcher.bm25.meta.flavor == "multifield" and not dataset.is_qa:  # it reads one field; flat measures it
+            log.info("%s is multifield: the added terms' precision is measured on the flat index", index)
+        elif not dataset.is_qa and DocTermReader(searcher.bm25.index, searcher.bm25.meta.flavor == "wp").readable:
             extra.update(added_term_precision(searcher.bm25, dict(zip(qids, terms)), split))
         elif not dataset.is_qa:
             log.info("%s stores no document vectors, so the added terms' precision is not measured (a stock index "
@@ -272,17 +321,21 @@ def evaluate(config: EvalConfig) -> EvalResult:
     torch.set_num_threads(1)  # latency is per query, single thread, model included (batches: Java's threads)
     dataset = load_dataset(config.dataset, config.data_dir)
     split_name = dataset.spec.eval_split if config.split is None else config.split
-    split = dataset.split(split_name)
     method = METHODS[config.method]
+    if config.fields is not None and method.flavor not in ("multifield", "target"):
+        raise UserError(f"field weights are for a multifield index, and {method.name} searches a {method.flavor} one; "
+                        f"fix: drop them, or use --method bm25-multifield or augmented-multifield")
     checkpoint = resolve_checkpoint(config.checkpoint, dataset.name, config.transfer) if method.needs_checkpoint else None
+    split = checkpoint_dev(dataset, checkpoint) if split_name == CHECKPOINT_DEV else dataset.split(split_name)
     k = config.k or (100 if dataset.is_qa else 1000)
     remove_query = dataset.spec.remove_query if config.remove_query is None else config.remove_query
     metrics, runs = {}, {}
     for name in (method.name, *(method.companions if config.companions else ())):
         log.info("evaluating %s on %s/%s (%d queries)", name, dataset.name, split_name, len(split.queries))
         index = Path(config.index) if config.index and name == method.name else None
-        metrics[name], runs[name] = run_method(METHODS[name], config, dataset, split, k, checkpoint,
-                                               remove_query, index)
+        # --index and the field weights are the asked-for method's; companions search as they always do
+        metrics[name], runs[name] = run_method(METHODS[name], config if name == method.name else replace(config, fields=None),
+                                               dataset, split, k, checkpoint, remove_query, index)
     return EvalResult(config, dataset.name, split_name, method.name, checkpoint, metrics, runs, remove_query)
 
 

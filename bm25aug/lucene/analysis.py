@@ -76,6 +76,26 @@ def analyze(text: str) -> list[str]:
         return [terms.get(i) for i in range(terms.size())]
 
 
+CHUNK_CACHE = 1 << 20  # whitespace-separated chunks whose analysis is kept (a dict of short lists)
+_chunks: dict[str, tuple[str, ...]] = {}
+
+
+def analyze_chunks(text: str) -> list[str]:
+    """``analyze(text)``, one whitespace-separated chunk at a time, each chunk's terms kept in a
+    cache: Java is called only for a chunk not seen before. The terms are the same: the English
+    analyzer's tokenizer (UAX#29 word breaks) never joins across whitespace and every filter after
+    it reads one token at a time (``tests/test_static.py`` checks it on real queries)."""
+    out: list[str] = []
+    for chunk in text.split():
+        terms = _chunks.get(chunk)
+        if terms is None:
+            if len(_chunks) >= CHUNK_CACHE:
+                _chunks.clear()
+            terms = _chunks[chunk] = tuple(analyze(chunk))
+        out.extend(terms)
+    return out
+
+
 @dataclass(frozen=True)
 class FlatMap:
     """WordPiece id → flat term: ``vocab_ids[i]`` maps to ``terms[term_ids[i]]``."""

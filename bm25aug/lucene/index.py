@@ -1,11 +1,19 @@
 """Lucene indexes under ``indexes/<dataset>.<flavor>/``, built with Anserini's ``IndexCollection``.
 
-Two flavors:
+Three flavors:
 
 * ``flat``: Lucene's default English analyzer (Porter stemming, stopwords), as Pyserini's BEIR
-  "flat" regressions.
+  "flat" regressions; one ``contents`` field, title and text joined.
 * ``wp``: bert-base-uncased WordPiece tokens, pre-tokenized in Python and indexed with the
   whitespace analyzer, so every index term is a vocabulary entry the model can predict.
+* ``multifield``: Pyserini's BEIR "multifield" layout: Anserini's ``BeirMultifieldCollection``
+  indexes the text as ``contents`` and the title as a separate ``title`` field, both with the
+  English analyzer (``-fields title``); searched as ``contents^1 title^1``. A document with an
+  empty text is left out, as Anserini leaves it out. DPR's title is the passage's article title;
+  MS MARCO passages and a corpus without any title have none, so they have no multifield index.
+
+Stock indexes of other kinds (Anserini's impact indexes, dense ones) are recognised only to be
+refused (``bm25aug.lucene.flavors``).
 
 An index is written to a temporary sibling folder and renamed when complete; ``meta.json`` records
 how it was built. ``bm25aug.lucene.doc_terms`` reads back what the torch scorer needs, on demand.
@@ -31,12 +39,14 @@ from bm25aug.progress import progress
 from bm25aug.io import atomic_dir, check_outputs, clean_stale, digest, temp_sibling, write_json
 from bm25aug.lucene.jvm import JNI_LOCK, interruptible, jclass
 from bm25aug.limits import check_choice
-from bm25aug.lucene.reader import DOCIDS_FILE, FIELD, open_reader, write_docids
+from bm25aug.lucene.docids import DOCIDS_FILE, write_docids
+from bm25aug.lucene.flavors import check_flavor, not_lucene
+from bm25aug.lucene.reader import TITLE_FIELD, open_reader
 from bm25aug.lucene.pretokenize import tokenized_batches
-from bm25aug.model.tokenization import load_tokenizer, lowercases, normalization, tokenizer_name, untruncated, vocab_hash
+from bm25aug.model.tokenization import load_tokenizer, normalization, tokenizer_name, untruncated, vocab_hash
 
 log = logging.getLogger(__name__)
-FLAVORS = ("flat", "wp")
+FLAVORS = ("flat", "wp", "multifield")  # what `bm25aug index --flavor` builds and bm25aug searches
 INDEX_ROOT = Path(os.environ.get("BM25AUG_INDEX_ROOT", "indexes"))
 META_FILE = "meta.json"
 # Lucene's indexing RAM buffer (Anserini's default is 4 GB): flushed as a segment when full, so a
@@ -65,9 +75,10 @@ class IndexMeta:
     @classmethod
     def load(cls, index_dir: str | Path, tokenizer=None, flavor: str | None = None, probe: bool = True) -> "IndexMeta":
         """The index's ``meta.json``. A stock Lucene index has none (Pyserini's prebuilt indexes,
-        ``python -m pyserini.index.lucene``): it is ``flavor``, else ``wp`` when the caller names the
-        tokenizer it was built with, else ``flat``. Either way its own terms must not say otherwise
-        (``probe_terms``; ``probe=False`` skips that, for a caller that only reads the record)."""
+        ``python -m pyserini.index.lucene``): it is ``flavor``, else what its fields say (multifield
+        when it has a title field), else ``wp`` when the caller names the tokenizer it was built
+        with, else ``flat``. Either way its own fields and terms must not say otherwise
+        (``bm25aug.lucene.flavors``; ``probe=False`` skips that, for a caller that only reads the record)."""
         path = Path(index_dir) / META_FILE
         if path.exists():
             try:
@@ -77,12 +88,13 @@ class IndexMeta:
                                 f"index with `bm25aug index --dataset NAME --force`") from None
             check_choice(f"index flavor in {path}", meta.flavor, FLAVORS)
             if probe:
-                _check_terms(Path(index_dir), meta.flavor, tokenizer, stock=False)
+                check_flavor(Path(index_dir), meta.flavor, tokenizer, stock=False)
             return meta
-        if not (Path(index_dir).is_dir() and any(Path(index_dir).glob("segments_*"))):
-            raise UserError(f"{index_dir} is not a Lucene index (no segments_* file); "
-                            f"fix: build it with `bm25aug index --dataset NAME --flavor wp|flat`")
-        flavor = check_choice("index flavor", flavor or ("wp" if tokenizer is not None else "flat"), FLAVORS)
+        if (error := not_lucene(index_dir)) is not None:
+            raise error
+        if flavor is not None:
+            check_choice("index flavor", flavor, FLAVORS)
+        flavor = check_flavor(Path(index_dir), flavor, tokenizer, stock=True)
         meta = cls(flavor, Path(index_dir).name, 0, stock=True, anserini="stock index (no meta.json)")
         if flavor == "wp":
             if tokenizer is None:
@@ -90,65 +102,7 @@ class IndexMeta:
                                 f"index needs its tokenizer; fix: pass --tokenizer NAME (e.g. bert-base-uncased)")
             meta.tokenizer, meta.vocab_hash = tokenizer_name(tokenizer), vocab_hash(tokenizer)
             meta.normalization = normalization(tokenizer)
-        _check_terms(Path(index_dir), flavor, tokenizer, stock=True)
         return meta
-
-
-_WARNED_UNKNOWN: set[str] = set()
-
-
-def probe_terms(index_dir: Path) -> dict[str, bool]:
-    """What an index's own term dictionary says about its analysis: WordPiece continuation pieces
-    (``##``), stopwords (a flat index drops them), upper-case terms (a lowercasing analyzer has none)."""
-    reader = open_reader(index_dir)  # first: it starts the JVM, which importing jnius would not do right
-    from jnius import cast
-
-    try:
-        with JNI_LOCK:
-            terms = jclass("org.apache.lucene.index.MultiTerms").getTerms(
-                cast("org.apache.lucene.index.IndexReader", reader), FIELD)
-            if terms is None:
-                raise UserError(f"{index_dir} has no '{FIELD}' field to search (a dense or impact index?); fix: pass a "
-                                f"Lucene inverted index (Pyserini's flat or multifield ones, or `bm25aug index`)")
-            BytesRef, Term = jclass("org.apache.lucene.util.BytesRef"), jclass("org.apache.lucene.index.Term")
-
-            def first_from(prefix: str) -> str:
-                it = terms.iterator()
-                return "" if it.seekCeil(BytesRef(prefix.encode())).toString() == "END" else str(it.term().utf8ToString())
-
-            return {"pieces": first_from("##").startswith("##"),
-                    # In most documents, not in a few: a flat index stems "OFS" to "of" in two SciFact documents.
-                    "stopwords": max(reader.docFreq(Term(FIELD, w)) for w in ("the", "and", "of"))
-                                 > 0.05 * reader.maxDoc(),
-                    "upper": "A" <= first_from("A")[:1] <= "Z"}
-    finally:
-        with JNI_LOCK:
-            reader.close()
-
-
-def _check_terms(index_dir: Path, flavor: str, tokenizer, stock: bool) -> None:
-    """An index searched as the wrong flavor, or with a tokenizer of the wrong casing, matches the
-    wrong terms without an error; its terms tell, where they can. ``##`` pieces are proof of a wp
-    index; no stopwords and no pieces only suggest a flat one (a tiny wp corpus may have neither),
-    so for an index with bm25aug's meta.json that is a warning."""
-    probe = probe_terms(index_dir)
-    if flavor == "flat" and probe["pieces"]:
-        raise UserError(f"{index_dir} holds WordPiece pieces (## terms), so it is a wp index, not flat; fix: pass "
-                        f"--tokenizer NAME (the tokenizer that built it), or use a flat model or index")
-    if flavor == "wp" and not probe["pieces"] and not probe["stopwords"]:
-        message = (f"{index_dir} has no WordPiece pieces and no stopwords, as Lucene's English analyzer (flat) "
-                   f"writes")
-        if stock:
-            raise UserError(f"{message}; fix: search it as flat (drop --tokenizer), or use a flat-target model")
-        log.warning("%s; its meta.json says wp", message)
-    if tokenizer is not None and flavor == "wp" and probe["pieces"] and probe["upper"] == lowercases(tokenizer):
-        case = "lowercases" if lowercases(tokenizer) else "keeps case"
-        raise UserError(f"{index_dir} has {'upper-case' if probe['upper'] else 'no upper-case'} terms but the "
-                        f"tokenizer {case}; fix: pass the tokenizer the index was built with")
-    if stock and flavor == "flat" and probe["stopwords"] and str(index_dir) not in _WARNED_UNKNOWN:
-        _WARNED_UNKNOWN.add(str(index_dir))
-        log.warning("%s has stopwords, which Lucene's English analyzer (flat) drops; bm25aug cannot tell how it "
-                    "was analyzed and searches it as flat", index_dir)
 
 
 def index_path(dataset_name: str, flavor: str, root: str | Path | None = None) -> Path:
@@ -166,7 +120,7 @@ def _is_current(path: Path, fingerprint: str) -> bool:
     if not (path / META_FILE).exists():
         return False
     meta = IndexMeta.load(path, probe=False)
-    return meta.corpus_fingerprint == fingerprint and (meta.docvectors or meta.flavor != "flat")
+    return meta.corpus_fingerprint == fingerprint and (meta.docvectors or meta.flavor == "wp")
 
 
 def ensure_index(dataset: Dataset, flavor: str, root: str | Path | None = None, threads: int | None = None,
@@ -203,6 +157,8 @@ def build_index(dataset: Dataset, flavor: str, path: str | Path, threads: int | 
     """Write the corpus as JSONL shards, index them with Anserini, then rename into place.
     An existing folder is replaced only if bm25aug built it, or with ``force``."""
     check_choice("index flavor", flavor, FLAVORS)
+    if flavor == "multifield":
+        check_titles(dataset)
     path = Path(path)
     threads = threads or max(1, os.cpu_count() or 1)
     start = time.perf_counter()
@@ -219,10 +175,14 @@ def build_index(dataset: Dataset, flavor: str, path: str | Path, threads: int | 
     shards = temp_sibling(path, "building")
     try:
         with atomic_dir(path, None if force else META_FILE, what="an index built by bm25aug", fix=fix) as work:
-            _write_shards(dataset, shards, threads, tokenizer if flavor == "wp" else None)
-            args = ["-collection", "JsonCollection", "-generator", "DefaultLuceneDocumentGenerator",
+            _write_shards(dataset, shards, threads, tokenizer if flavor == "wp" else None, flavor == "multifield")
+            collection = "BeirMultifieldCollection" if flavor == "multifield" else "JsonCollection"
+            args = ["-collection", collection, "-generator", "DefaultLuceneDocumentGenerator",
                     "-input", str(shards), "-index", str(work), "-threads", str(threads),
                     "-storeRaw", "-optimize", "-quiet", "-memoryBuffer", str(MEMORY_BUFFER_MB)]
+            if flavor == "multifield":  # Pyserini's prebuilt multifield BEIR indexes: -fields title
+                args += ["-fields", TITLE_FIELD]
+                meta.anserini = f"IndexCollection {collection} DefaultLuceneDocumentGenerator -fields {TITLE_FIELD}"
             if flavor == "wp":
                 args.append("-pretokenized")
             else:  # Pyserini's RM3/Rocchio read them; see the README for the size they cost
@@ -231,7 +191,13 @@ def build_index(dataset: Dataset, flavor: str, path: str | Path, threads: int | 
             with progress(total=1, desc=f"lucene index {path.name}", unit="index") as bar:
                 interruptible(jclass("io.anserini.index.IndexCollection").main, args)
                 bar.update(1)
-            write_docids(work)
+            reader = open_reader(work)
+            try:
+                write_docids(work, reader)
+                meta.num_docs = int(reader.maxDoc())  # multifield: Anserini leaves out documents without text
+            finally:
+                with JNI_LOCK:
+                    reader.close()
             meta.build_seconds = round(time.perf_counter() - start, 3)
             write_json(work / META_FILE, asdict(meta))
     finally:
@@ -242,10 +208,21 @@ def build_index(dataset: Dataset, flavor: str, path: str | Path, threads: int | 
 _POOL_FROM = 100_000  # documents; below this, worker processes cost more to start than they save
 
 
-def _write_shards(dataset: Dataset, folder: Path, shards: int, tokenizer) -> Path:
+def check_titles(dataset: Dataset) -> None:
+    """A multifield index needs titles: MS MARCO passages have none, and a corpus whose titles are
+    all empty would give a flat index without its title field."""
+    if dataset.layout == "msmarco" or not any(doc.title.strip() for _, doc in dataset.corpus.items()):
+        why = "MS MARCO passages have no title" if dataset.layout == "msmarco" else "no document has a title"
+        raise UserError(f"{dataset.name} has no multifield index: {why}, so its title field would be empty; "
+                        f"fix: use its flat index (`bm25aug index --dataset {dataset.name} --flavor flat`)")
+
+
+def _write_shards(dataset: Dataset, folder: Path, shards: int, tokenizer, multifield: bool = False) -> Path:
     """One JSONL file per indexing thread (Anserini parallelizes over files), written from the
     corpus streamed in batches, so memory stays bounded whatever the corpus size. A wp build
-    tokenizes in ``shards`` worker processes for large corpora (``bm25aug.lucene.pretokenize``)."""
+    tokenizes in ``shards`` worker processes for large corpora (``bm25aug.lucene.pretokenize``).
+    A multifield build writes BEIR's own lines (``_id``, ``title``, ``text``; DPR: the passage's
+    article title), which ``BeirMultifieldCollection`` reads."""
     folder.mkdir(parents=True)
     files = [open(folder / f"part{i:03d}.jsonl", "w", encoding="utf-8") for i in range(shards)]
     ids: deque[list[str]] = deque()
@@ -253,7 +230,7 @@ def _write_shards(dataset: Dataset, folder: Path, shards: int, tokenizer) -> Pat
     def texts():
         for chunk in dataset.corpus.batches(8192):
             ids.append([docid for docid, _ in chunk])
-            yield [doc.contents for _, doc in chunk]
+            yield [(doc.title, doc.text) if multifield else doc.contents for _, doc in chunk]
 
     stream = texts()
     if tokenizer is not None:
@@ -263,7 +240,8 @@ def _write_shards(dataset: Dataset, folder: Path, shards: int, tokenizer) -> Pat
         for contents in progress(stream, total=-(-len(dataset.corpus) // 8192), desc=f"prepare {dataset.name}",
                                  unit="batch"):
             for docid, text in zip(ids.popleft(), contents):
-                files[n % shards].write(json.dumps({"id": docid, "contents": text}) + "\n")
+                row = {"_id": docid, "title": text[0], "text": text[1]} if multifield else {"id": docid, "contents": text}
+                files[n % shards].write(json.dumps(row) + "\n")
                 n += 1
     finally:
         for f in files:

@@ -4,7 +4,9 @@ Pyserini's searcher loads a stored document and wraps a Java object for every hi
 about 15x the search itself. Here the only per-query crossings into Java are building the query
 (one string, parsed in Java), the search, and one byte array with every hit (a ``MethodHandle`` that runs the search and packs
 its ScoreDocs in Java, so that no Java object per hit reaches Python). External ids come from a table read once per index.
-Many queries go to Java as one task instead (``submit``, ``bm25aug.lucene.batch``).
+Many queries go to Java as one task instead (``submit``, ``bm25aug.lucene.batch``). A multifield
+index (``fields``) is searched on each field, each field's clauses boosted by its weight, as
+Pyserini's ``search(..., fields=...)`` searches it. The id table is ``bm25aug.lucene.docids``'s.
 
 Results equal Pyserini's exactly. Anserini searches with ties broken by the external id, rounds
 each score to 4 decimals and then lowers the k-th of a run of equal rounded scores by k·1e-6 so
@@ -14,29 +16,30 @@ that every evaluation tool keeps its order (``ScoreTiesAdjusterReranker``); ``an
 Threads: pyjnius stores the target object on a method shared by all instances of a class, so two
 threads calling the same method on different objects can swap targets (pyjnius #287, #563). Every
 call here holds ``JNI_LOCK`` except the search, which goes through one ``MethodHandle`` per
-process, and the flat query generator, one instance per process: their targets never change, so Lucene runs
+process, and the bag-of-words query generator, one instance per process: their targets never change, so Lucene runs
 without the lock (and without the GIL), and threads calling ``search`` at once each get their own hits.
 """
 
 from __future__ import annotations
 
-import os
+import math
 import re
-from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from bm25aug.errors import UserError
-from bm25aug.io import atomic_open, derived_ok, digest, record_derived, source_key
 from bm25aug.lucene.jvm import JNI_LOCK, anserini_jar, jclass, process_wide
 from bm25aug.limits import check
 from bm25aug.lucene.ranking import EMPTY, PAIRS, TopK, anserini_top
+# The id table lives in bm25aug.lucene.docids; its names are re-exported here for the callers that read them.
+from bm25aug.lucene.docids import DOCIDS_FILE, ID_FIELD, commit_key, read_docids, stored_values  # noqa: F401
 
 FIELD = "contents"
-ID_FIELD = "id"
+TITLE_FIELD = "title"  # a multifield index's second field (Anserini's BeirMultifieldCollection)
+# Pyserini's bm25-multifield (its BEIR 2CR: --fields contents=1.0 title=1.0): the default field weights.
+MULTIFIELD_WEIGHTS = {FIELD: 1.0, TITLE_FIELD: 1.0}
 RAW_FIELD = "raw"  # the document as Anserini stored it (-storeRaw): what the server returns with hits
-DOCIDS_FILE = "docids.txt"
 K1, B = 0.9, 0.4  # BM25 as Anserini's BEIR regressions run it: the default everywhere
 ANALYZED, WEIGHTED = "analyzed", "weighted"  # query texts: Anserini's bag of words, or term^boost clauses
 TIE_MARGIN = 64  # extra hits fetched so that a tie across the k-th place is resolved by external id, mostly without
@@ -58,7 +61,7 @@ class _Java:
             self.english = jclass("io.anserini.index.IndexCollection").DEFAULT_ANALYZER
             self.search = _search_handle(cls, self.Integer.TYPE)
             # Whether each unlocked call has run once under the lock (which resolves its classes).
-            self.search_warm = self.analyzed_warm = False
+            self.search_warm, self.analyzed_warm = False, {}  # analyzed: {one field?: warm}
             self.BM25 = jclass("org.apache.lucene.search.similarities.BM25Similarity")
         self._integers: dict[int, object] = {}
         self._parsers: dict[str, object] = {}
@@ -131,19 +134,40 @@ def _boost(weight: float) -> str:
     return np.format_float_positional(np.float32(weight), unique=True, trim="0")
 
 
-def weighted_query_string(terms: dict[str, float]) -> str:
+def weighted_query_string(terms: dict[str, float], fields: dict[str, float] | None = None) -> str:
     """``term^boost`` clauses for Lucene's classic QueryParser, terms escaped so that none is read
-    as an operator or a wildcard."""
+    as an operator or a wildcard. ``fields`` (``{field: weight}``, a multifield index): the clauses
+    once per field, each field's group boosted by its weight, ``(contents:t^w ...)^1 (title:t^w
+    ...)^1``: the query Pyserini's multifield search builds (``BagOfWordsQueryGenerator``)."""
     if _SPECIAL.search("".join(terms)) is None and not _KEYWORDS & terms.keys():  # nothing to escape
-        return " ".join(f"{t}^{_boost(w)}" for t, w in terms.items() if w > 0)
-    return " ".join(f"{escape_term(t)}^{_boost(w)}" for t, w in terms.items() if w > 0)
+        clauses = [f"{t}^{_boost(w)}" for t, w in terms.items() if w > 0]
+    else:
+        clauses = [f"{escape_term(t)}^{_boost(w)}" for t, w in terms.items() if w > 0]
+    if not fields or not clauses:
+        return " ".join(clauses)
+    return " ".join(f"({' '.join(f'{field}:{c}' for c in clauses)})^{_boost(weight)}" for field, weight in fields.items())
+
+
+def check_fields(fields: dict[str, float] | None) -> dict[str, float] | None:
+    """Field weights as a multifield search takes them: field names, each with a finite weight above 0."""
+    if fields is None:
+        return None
+    if not isinstance(fields, dict) or not fields or not all(
+            isinstance(f, str) and re.fullmatch(r"\w+", f) and isinstance(w, (int, float)) and not isinstance(w, bool)
+            and math.isfinite(w) and 0 < w < 2**24 for f, w in fields.items()):
+        raise UserError(f"field weights {fields!r} are not {{field: weight}} with weights above 0; fix: pass e.g. "
+                        f"{MULTIFIELD_WEIGHTS} (Pyserini's multifield weights)")
+    return {f: float(w) for f, w in fields.items()}
 
 
 class LuceneIndex:
-    """An open index with a BM25 ``IndexSearcher`` and its external-id table."""
+    """An open index with a BM25 ``IndexSearcher`` and its external-id table. ``fields``
+    (``{field: weight}``): the fields every query searches, each field's clauses boosted by its
+    weight (a multifield index); None: ``contents`` alone."""
 
-    def __init__(self, path: str | Path, k1: float = K1, b: float = B):
+    def __init__(self, path: str | Path, k1: float = K1, b: float = B, fields: dict[str, float] | None = None):
         self.path = Path(path)
+        self.fields, self._jfields = check_fields(fields), None
         if not (self.path.is_dir() and any(self.path.glob("segments_*"))):
             raise UserError(f"{self.path} is not a Lucene index (no segments_* file); "
                             f"fix: build it with `bm25aug index --dataset NAME`")
@@ -159,8 +183,8 @@ class LuceneIndex:
         self.docids = read_docids(self.path, self.reader)
         # Lucene doc numbers in external-id order: an order of the documents that does not depend on
         # how the index was built (a multi-threaded build numbers them differently each time).
-        self.by_id = np.argsort(self.docids.astype(str), kind="stable")
-        self._sorted_ids = self.docids[self.by_id].astype(str)
+        self.by_id = np.argsort(self.docids, kind="stable")  # unicode, or Python strings (bm25aug.lucene.docids)
+        self._sorted_ids = self.docids[self.by_id]
         self.id_rank = np.empty(len(self.docids), np.int64)
         self.id_rank[self.by_id] = np.arange(len(self.docids))
         self._df: dict[tuple[str, str], int] = {}  # a model proposes terms from a fixed vocabulary
@@ -178,18 +202,28 @@ class LuceneIndex:
             self.reader.close()
 
     def doc_numbers(self, ids: list[str]) -> np.ndarray:
-        """Lucene doc number of each external id (-1 where the index has no such document), by
-        binary search in the sorted id table: no dict over the whole corpus."""
-        ids = np.asarray(ids, dtype=str)
-        if not len(ids) or not len(self._sorted_ids):
+        """Lucene doc number of each external id (-1 where no document has exactly that id), by
+        binary search in the sorted id table: no dict over the whole corpus. Only a string equal to
+        a stored id matches: numpy's fixed-width strings drop trailing NULs, so an id ending in NUL
+        never matches such a table (whose ids hold none: ``bm25aug.lucene.docids.id_array``)."""
+        ids = list(ids)
+        if not ids or not len(self._sorted_ids):
             return np.full(len(ids), -1, np.int64)
-        at = np.minimum(np.searchsorted(self._sorted_ids, ids), len(self._sorted_ids) - 1)
-        return np.where(self._sorted_ids[at] == ids, self.by_id[at], -1).astype(np.int64)
+        python = self._sorted_ids.dtype == object
+        ok = np.fromiter((isinstance(i, str) and (python or not i.endswith("\x00")) for i in ids), bool, len(ids))
+        keys = np.asarray([i if good else "" for i, good in zip(ids, ok)], dtype=object if python else str)
+        at = np.minimum(np.searchsorted(self._sorted_ids, keys), len(self._sorted_ids) - 1)
+        return np.where(ok & (self._sorted_ids[at] == keys), self.by_id[at], -1).astype(np.int64)
 
     # ---------------------------------------------------------------------------------- queries
-    def weighted_query(self, terms: dict[str, float], field: str = FIELD):
-        """``BooleanQuery`` of ``BoostQuery(TermQuery(field:term), weight)``; terms are not analyzed."""
-        return self._parse(weighted_query_string(terms), field)
+    def weighted_query(self, terms: dict[str, float], fields: dict[str, float] | None = None):
+        """``BooleanQuery`` of ``BoostQuery(TermQuery(field:term), weight)`` on each searched field
+        (``weighted_text``); terms are not analyzed."""
+        return self._parse(self.weighted_text(terms, fields))
+
+    def weighted_text(self, terms: dict[str, float], fields: dict[str, float] | None = None) -> str:
+        """The ``term^boost`` text of ``terms`` on ``fields`` (default: this index's; ``weighted_query_string``)."""
+        return weighted_query_string(terms, fields or self.fields)
 
     def _parse(self, text: str, field: str = FIELD):
         """``term^boost`` clauses as a Java query; one past the clause limit is one error line."""
@@ -201,16 +235,28 @@ class LuceneIndex:
         except JavaException as e:
             raise search_error(self.path, e) from None
 
-    def analyzed_query(self, text: str, field: str = FIELD):
-        """Pyserini's default query for a flat index: the English analyzer's terms, boosted by count.
+    def analyzed_query(self, text: str):
+        """Pyserini's default query: the English analyzer's terms, boosted by count, on ``contents``
+        (on each of ``fields``, each boosted by its weight: Pyserini's ``search(..., fields=...)``).
         The generator is a process-wide singleton (its target never changes), so after the first
         call, which resolves the returned classes under the lock, it runs without the lock."""
-        if not self.j.analyzed_warm:
+        fields = self._java_fields()
+        if not self.j.analyzed_warm.get(fields is None):
             with JNI_LOCK:
-                query = self.j.bag_of_words.buildQuery(field, self.j.english, text)
-                self.j.analyzed_warm = True
+                query = self.j.bag_of_words.buildQuery(fields or FIELD, self.j.english, text)
+                self.j.analyzed_warm[fields is None] = True
                 return query
-        return self.j.bag_of_words.buildQuery(field, self.j.english, text)
+        return self.j.bag_of_words.buildQuery(fields or FIELD, self.j.english, text)
+
+    def _java_fields(self):
+        """``fields`` as the ``java.util.HashMap`` Pyserini hands its generator, made once (None: one field)."""
+        if self.fields and self._jfields is None:
+            with JNI_LOCK:
+                jfields = jclass("java.util.HashMap")()
+                for field, weight in self.fields.items():
+                    jfields.put(field, jclass("java.lang.Float")(weight))
+                self._jfields = jfields
+        return self._jfields
 
     def query(self, kind: str, text: str):
         """The Java query of a query text of ``kind`` (``bm25aug.lucene.batch``'s two kinds)."""
@@ -282,6 +328,8 @@ class LuceneIndex:
         threads; ``result()`` waits and returns each one's ``TopK``, equal to ``search``'s."""
         from bm25aug.lucene.batch import PendingSearch
 
+        if kind == ANALYZED and self.fields:  # the Java pool's analyzed queries search contents alone
+            raise ValueError("a multifield index is searched in batches with weighted texts (weighted_text)")
         check("k", k)
         check("threads", threads)
         return PendingSearch(self, kind, texts, k, threads)
@@ -330,90 +378,3 @@ def search_error(index_dir: str | Path, error: Exception) -> UserError:
     if "TooManyClauses" in str(error) or "TooManyClauses" in type(error).__name__:
         return UserError("the query has more distinct terms than Lucene's clause limit (65,536); fix: shorten it")
     return damaged(index_dir, error)
-
-
-def commit_key(index_dir: Path, reader) -> str:
-    """What an index's id table is derived from: its commit (the newest ``segments_N`` file,
-    which names every segment by a random id, so a rebuild never has the same one)."""
-    from jnius import cast
-
-    with JNI_LOCK:  # Pyserini hands its reader over as an IndexReader
-        name = str(cast("org.apache.lucene.index.DirectoryReader", reader).getIndexCommit().getSegmentsFileName())
-    return source_key("docids", name, digest(index_dir / name))
-
-
-def read_docids(index_dir: Path, reader) -> np.ndarray:
-    """External id of every Lucene doc: ``docids.txt`` when bm25aug wrote one for this very index
-    commit and it is unchanged since (its record says so), else read from the stored ``id`` field
-    (a stock index is never written to; a changed or damaged table is written again)."""
-    index_dir = Path(index_dir)
-    table = index_dir / DOCIDS_FILE
-    with JNI_LOCK:
-        n = int(reader.maxDoc())
-    key = commit_key(index_dir, reader)
-    if derived_ok(table, key):
-        ids = table.read_text(encoding="utf-8").split("\n")[:-1]
-        if len(ids) == n:
-            return np.asarray(ids, dtype=str)
-    ids = [docid for part in _stored_ids(index_dir, reader, n) for docid in part]
-    if table.exists() and os.access(index_dir, os.W_OK):
-        _write_table(index_dir, [ids], key)
-    return np.asarray(ids, dtype=str)
-
-
-_ID_SLICE = 1 << 16  # stored ids read and written at a time
-
-
-def stored_values(reader, numbers: Sequence[int], field: str) -> list[str | None]:
-    """The stored ``field`` of each Lucene doc number (None where the document stores none). The
-    lock is taken per document, so a long read never stalls another thread's Java calls."""
-    with JNI_LOCK:  # pyjnius calls on shared classes (this module's docstring)
-        stored = reader.storedFields()
-    values = []
-    for n in numbers:
-        with JNI_LOCK:
-            values.append(stored.document(int(n)).get(field))
-    return values
-
-
-def _stored_ids(index_dir: Path, reader, n: int) -> Iterator[list[str]]:
-    """The stored ``id`` of Lucene docs 0 to n - 1, a slice at a time, so that a build writes its
-    table without holding every id (NQ's 21M as Python strings and one joined text: ~3 GB)."""
-    for start in range(0, n, _ID_SLICE):
-        ids = stored_values(reader, range(start, min(start + _ID_SLICE, n)), ID_FIELD)
-        if any(i is None for i in ids):
-            raise UserError(f"{index_dir} has documents without a stored '{ID_FIELD}' field; "
-                            f"fix: index with Anserini/Pyserini's default document generator")
-        yield ids
-
-
-class _NotOneALine(Exception):
-    """An id holds a newline, so the table cannot hold one id a line."""
-
-
-def _write_table(index_dir: Path, parts: Iterable[list[str]], key: str) -> None:
-    """``docids.txt`` and its record, written a slice of ids at a time; none when an id holds a
-    newline (the ids are then read from the index on open)."""
-    try:
-        with atomic_open(index_dir / DOCIDS_FILE, "w") as f:
-            for ids in parts:
-                if any("\n" in d for d in ids):
-                    raise _NotOneALine
-                f.write("".join(f"{d}\n" for d in ids))
-    except _NotOneALine:
-        return
-    record_derived(index_dir / DOCIDS_FILE, key)
-
-
-def write_docids(index_dir: Path) -> None:
-    """Save the id table into a freshly built index (it is read on every open), streamed from
-    the stored ids."""
-    index_dir = Path(index_dir)
-    reader = open_reader(index_dir)
-    try:
-        with JNI_LOCK:
-            n = int(reader.maxDoc())
-        _write_table(index_dir, _stored_ids(index_dir, reader, n), commit_key(index_dir, reader))
-    finally:
-        with JNI_LOCK:
-            reader.close()

@@ -262,7 +262,8 @@ class QueryAugmenter(nn.Module, QueryEncoder):
             model.load_state_dict(load_file(str(path / WEIGHTS_NAME)))
         except (SafetensorError, json.JSONDecodeError, TypeError, RuntimeError, OSError, ValueError) as e:
             raise UserError(f"checkpoint {path} is corrupt or incomplete ({type(e).__name__}: {str(e)[:120]}); "
-                            f"fix: retrain, or resume with `python train.py --resume`") from None
+                            f"fix: restore the folder from where it came, or train a new model "
+                            f"(`python train.py --dataset NAME`)") from None
         depth = model.encoder.config.num_hidden_layers
         if not -1 <= config.aug_layer <= depth:
             raise UserError(f"{path / CONFIG_NAME}: aug_layer {config.aug_layer}, but the encoder has {depth} layers; "

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 CARD_NAME = "README.md"
+TRAINING = "## Training"  # the heading of what a training run adds when it ends (``card_text``)
 _TARGETS = {"flat": "flat: Lucene's default English analyzer, as Pyserini's stock BEIR and MS MARCO indexes",
             "wp": "wp: bert-base-uncased WordPiece tokens (`bm25aug index --flavor wp`)"}
 
@@ -19,10 +20,13 @@ def card_text(config, layers: int, training: dict | None = None) -> str:
     """The card of a model with ``config`` (an ``AugmenterConfig``) on an encoder of ``layers``
     layers; ``training``: what a training run adds (see ``bm25aug.train.trainer.Trainer``)."""
     a = (f"on; used for queries with at most {config.aug_gate} proposed terms" if config.aug_gate else "on")
-    rows = [("encoder", f"{config.encoder} ({layers} layers)"), ("target index", _TARGETS.get(config.target, config.target)),
+    static = getattr(config, "query_side", "contextual") == "static"
+    query_side = ("static: a learned weight and expansion list per term, looked up; no encoder at query time "
+                  f"(tokenizer of {config.encoder})" if static else f"the encoder {config.encoder} ({layers} layers)")
+    rows = [("query side", query_side), ("target index", _TARGETS.get(config.target, config.target)),
             ("per-token weights w(q)", f"on, at least {config.weight_floor:g}" if config.use_weights else "off (w = 1)"),
             ("added terms a(q)", a if config.use_augmentation else "off (a = 0)"),
-            ("a(q) pooling", config.pooling), ("query window", f"{config.max_query_length} tokens"),
+            *([] if static else [("a(q) pooling", config.pooling), ("query window", f"{config.max_query_length} tokens")]),
             ("learned feedback", f"reads the top {config.feedback_terms} RM3 terms of a first BM25 search"
              if config.reads_feedback else "off (reads the query alone)"),
             ("vocabulary hash", config.vocab_hash or "-")]
@@ -31,7 +35,7 @@ def card_text(config, layers: int, training: dict | None = None) -> str:
              "index. Documents are never re-encoded.", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in rows]
     if training:
-        lines += ["", "## Training", "", f"Trained on `{training['dataset']}` ({training['examples']} training queries), "
+        lines += ["", TRAINING, "", f"Trained on `{training['dataset']}` ({training['examples']} training queries), "
                   f"finished {training['finished']}.", "",
                   f"Dev selection on the {_dev(training['dev_how'], training['dev_queries'])}: "
                   f"{training['metric']} {training['best']:.4f} against {training['bm25']:.4f} for plain BM25 on the "
@@ -62,3 +66,12 @@ def write_card(folder: str | Path, text: str) -> None:
     from bm25aug.io import atomic_write_text
 
     atomic_write_text(Path(folder) / CARD_NAME, text)
+
+
+def run_ended(folder: str | Path) -> bool:
+    """Whether the model in ``folder`` is a training run's final one: its card holds what the run
+    adds when it ends (the callbacks after the last epoch have run)."""
+    try:
+        return f"\n{TRAINING}\n" in (Path(folder) / CARD_NAME).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False

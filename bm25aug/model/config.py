@@ -20,6 +20,9 @@ PAPER_ENCODER = "distilbert-base-uncased"
 CONFIG_NAME = "bm25aug_config.json"
 POOLINGS = ("cls", "mean", "max")
 TARGETS = ("wp", "flat")  # bm25aug.model.targets
+# contextual: the encoder reads each query (bm25aug.model.augmenter); static: a learned weight and
+# expansion list per term, looked up, no encoder at query time (bm25aug.model.static).
+QUERY_SIDES = ("contextual", "static")
 
 
 @dataclass
@@ -56,12 +59,14 @@ class AugmenterConfig:
     # this-many terms of BM25's RM3 relevance model, less the query's own terms (0: the query alone).
     # Such a model searches the index once before it encodes (``bm25aug.search.feedback.FeedbackEncoder``).
     feedback_terms: int = 0
+    query_side: str = QUERY_SIDES[0]
 
     def __post_init__(self) -> None:
         """A hand-edited config (a negative gate silently switched a(q) off) is refused on load."""
         check_all(self)
         check_choice("pooling", self.pooling, POOLINGS)
         check_choice("target", self.target, TARGETS)
+        check_choice("query side", self.query_side, QUERY_SIDES)
         for f in fields(self):  # a JSON "no" for a flag was read as True
             value = getattr(self, f.name)
             if isinstance(f.default, (bool, str)) and type(value) is not type(f.default):

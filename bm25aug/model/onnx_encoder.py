@@ -22,10 +22,12 @@ from pathlib import Path
 
 import torch
 
-from bm25aug.io import CACHE_ROOT, atomic_dir, derived_ok, digest, record_derived, source_key
+from bm25aug.errors import UserError
+from bm25aug.io import CACHE_ROOT, atomic_dir, derived_ok, digest, lock_held, record_derived, source_key
 from bm25aug.limits import RUNTIMES, check_choice
 from bm25aug.model.encoder import QueryEncoder
-from bm25aug.model.augmenter import CONFIG_NAME, WEIGHTS_NAME, QueryAugmenter
+from bm25aug.model.augmenter import CONFIG_NAME, WEIGHTS_NAME, AugmenterConfig, QueryAugmenter
+from bm25aug.model.loading import is_static, load_model
 
 log = logging.getLogger(__name__)
 ONNX_DIR = "onnx"
@@ -132,14 +134,17 @@ class OnnxQueryEncoder(QueryEncoder):
         return self.target.term_lists(batch, w, a)
 
 
-def onnx_path(checkpoint: Path, model: QueryAugmenter) -> Path:
-    """The int8 export of ``checkpoint``, made first when missing, damaged or made from anything else."""
-    source = export_source(checkpoint)
+def onnx_path(checkpoint: Path, model: QueryAugmenter, source: str | None = None) -> Path:
+    """The int8 export of ``checkpoint`` (whose files hash to ``source``), made first when missing,
+    damaged or made from anything else. A checkpoint that a training run is writing (its run
+    folder's lock is held: best/ may be replaced at any moment) is exported into the cache."""
+    source = source or export_source(checkpoint)
     for folder in (checkpoint / ONNX_DIR, CACHE_DIR / source):
         if derived_ok(folder / ONNX_FILE, source):
             return folder / ONNX_FILE
     own = checkpoint / ONNX_DIR  # a file or a link there is not ours to replace: the cache serves instead
-    usable = os.access(checkpoint, os.W_OK) and (not own.exists() or own.is_dir()) and not own.is_symlink()
+    usable = os.access(checkpoint, os.W_OK) and (not own.exists() or own.is_dir()) and not own.is_symlink() \
+        and not lock_held(checkpoint.parent)
     folder = own if usable else CACHE_DIR / source
     log.info("exporting %s to ONNX (int8) in %s", checkpoint, folder)
     return export_onnx(model, folder, source)
@@ -150,9 +155,28 @@ def load_encoder(checkpoint: str | Path, runtime: str = "onnx-int8"):
     or ``torch-fp32`` (the reference). Anything with ``encode``, ``tokenizer`` and ``config``."""
     check_choice("query encoder runtime", runtime, RUNTIMES)
     checkpoint = Path(checkpoint)
-    model = QueryAugmenter.from_pretrained(checkpoint)
+    model, source = _read(checkpoint)
+    if is_static(model):
+        return model  # a table lookup: nothing to export or quantize, every runtime is the same
     if runtime == "torch-fp32":
         return model
     if runtime == "torch-int8":
         return model.quantized()
-    return OnnxQueryEncoder(onnx_path(checkpoint, model), model)
+    return OnnxQueryEncoder(onnx_path(checkpoint, model, source), model)
+
+
+def _read(checkpoint: Path, tries: int = 3) -> tuple[QueryAugmenter, str | None]:
+    """The model of ``checkpoint``; while a training run writes its folder, also the hash of the
+    files it was read from, read again until the files did not change while they were read."""
+    if not lock_held(checkpoint.parent) or AugmenterConfig.load(checkpoint).query_side == "static":
+        return load_model(checkpoint), None  # (a static model is exported nowhere)
+    for _ in range(tries):
+        try:
+            source = export_source(checkpoint)
+            model = load_model(checkpoint)
+            if export_source(checkpoint) == source:
+                return model, source
+        except (UserError, OSError):
+            pass  # replaced half-way through: read it again
+    raise UserError(f"{checkpoint} kept changing while it was read (a training run is writing its folder); fix: "
+                    f"wait for that run to end, or copy the model folder elsewhere and pass the copy")

@@ -28,7 +28,7 @@ from pathlib import Path
 import yaml
 
 from bm25aug.errors import UserError
-from bm25aug.io import atomic_write_text, write_json
+from bm25aug.io import atomic_write_text, check_output_path, check_outputs, write_json
 from bm25aug.reproduce.tables import write_docs
 
 CONDITIONS_FILE = Path(__file__).with_name("reproductions.yaml")
@@ -159,6 +159,12 @@ def main(argv: list[str] | None = None) -> int:
             for path in write_docs(conditions):
                 print(f"rewrote the generated blocks of {path}")
             return 0
+        out = Path(args.out)
+        if out.exists() and not out.is_dir():
+            raise UserError(f"--out {out} is a file, and --out is the folder the tables are written into; fix: pass a "
+                            f"folder (new or existing), e.g. --out runs/reproduce")
+        check_outputs({"--out": out}, {"the conditions file": CONDITIONS_FILE}, folders=("--out",))
+        check_output_path(out / "reproduce.md", "--out")
         pattern = args.only if not args.only or any(ch in args.only for ch in "*?[") else f"{args.only}*"
         chosen = [c for c in conditions if (not pattern or fnmatch.fnmatch(c.name, pattern)) and (c.fast or not args.fast)]
         if not chosen:
@@ -172,7 +178,6 @@ def main(argv: list[str] | None = None) -> int:
         table = markdown(rows)
         print(table)
         print(f"{sum(r['ok'] for r in rows)}/{len(rows)} reproduced in {time.perf_counter() - start:.0f} s")
-        out = Path(args.out)
         atomic_write_text(out / "reproduce.md", table + "\n")
         write_json(out / "reproduce.json", rows)
         if args.record:

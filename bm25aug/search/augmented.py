@@ -1,7 +1,9 @@
 """BM25 with each query rewritten by a trained query encoder: the product's searcher.
 
 Documents are never re-encoded: a query becomes boosted term queries on the stock index of the
-encoder's target flavor. Encoding belongs to the encoder (``bm25aug.model.encoder``); this module
+encoder's target flavor (``TARGET_FLAVORS``: a flat-target model also searches a multifield index,
+whose two fields are analyzed as a flat index's one: each term is then a clause on ``contents``
+and one on ``title``, each field's clauses boosted by its weight). Encoding belongs to the encoder (``bm25aug.model.encoder``); this module
 only checks that the two fit and hands the term list to Lucene.
 """
 
@@ -15,11 +17,18 @@ import numpy as np
 from bm25aug.errors import UserError
 from bm25aug.limits import check, check_query
 from bm25aug.lucene.ranking import TopK
-from bm25aug.lucene.reader import B, K1, WEIGHTED
+from bm25aug.lucene.reader import B, FIELD, K1, TITLE_FIELD, WEIGHTED
 from bm25aug.model.encoder import QueryEncoder, encode_queries, prune
 from bm25aug.search.batch import check_qids, search_chunks
-from bm25aug.search.bm25 import BM25Searcher, Hit, terms_text
+from bm25aug.search.bm25 import BM25Searcher, Hit
 from bm25aug.search.feedback import reading_feedback
+
+# The index flavors a model of each target searches: a flat model's terms are the English
+# analyzer's, which a multifield index also holds, in both of its fields.
+TARGET_FLAVORS = {"flat": ("flat", "multifield"), "wp": ("wp",)}
+# A term list's field weights on a multifield index, chosen on dev data (docs/results.md#multifield-indexes):
+# titles weigh a quarter of the text. Plain BM25 keeps Pyserini's 1 and 1 (MULTIFIELD_WEIGHTS).
+AUGMENTED_FIELD_WEIGHTS = {FIELD: 1.0, TITLE_FIELD: 0.25}
 
 
 @dataclass
@@ -54,17 +63,21 @@ class AugmentedQuery:
 
 class AugmentedSearcher:
     """BM25 with queries rewritten by a ``QueryEncoder`` (a trained model), over the index of its
-    target: ``wp``, or ``flat`` (Lucene's English analyzer, as Pyserini's prebuilt indexes).
+    target: ``wp``, or ``flat`` (Lucene's English analyzer, as Pyserini's prebuilt indexes; a
+    multifield one too: each term on both fields, weighted by ``fields``, default
+    ``AUGMENTED_FIELD_WEIGHTS``; ``searcher`` itself keeps its own, Pyserini's, for plain BM25).
     ``top_k``/``threshold`` prune each term list as ``bm25aug export`` does. ``encode_batch_size``:
     queries a forward pass in batch search (``encode_queries``; default: batches only where they
     give each query its own terms, so the int8 encoder encodes one by one)."""
 
     def __init__(self, encoder: QueryEncoder, searcher: BM25Searcher, top_k: int | None = None,
-                 threshold: float = 0.0, encode_batch_size: int | None = None):
+                 threshold: float = 0.0, encode_batch_size: int | None = None,
+                 fields: dict[str, float] | None = None):
         target = encoder.config.target
-        if searcher.meta.flavor != target:
+        if searcher.meta.flavor not in TARGET_FLAVORS.get(target, ()):
             raise UserError(f"{searcher.index_dir} is a {searcher.meta.flavor} index but the model was trained for "
-                            f"{target} indexes; fix: use the dataset's {target} index")
+                            f"{target} indexes; fix: use the dataset's {' or '.join(TARGET_FLAVORS.get(target, [target]))} "
+                            f"index")
         if target == "wp" and encoder.config.vocab_hash and encoder.config.vocab_hash != searcher.meta.vocab_hash:
             raise UserError(f"the checkpoint was trained against vocabulary {encoder.config.vocab_hash} but "
                             f"{searcher.index_dir} has {searcher.meta.vocab_hash}; fix: use a wp index built "
@@ -72,22 +85,29 @@ class AugmentedSearcher:
         self.encoder, self.bm25 = reading_feedback(encoder, searcher), searcher  # learned feedback: RM3 terms first
         self.top_k, self.threshold = check("top_k", top_k), check("threshold", threshold)
         self.encode_batch_size = check("encode_batch_size", encode_batch_size)
+        multifield = searcher.meta.flavor == "multifield"
+        self.fields = searcher.field_weights(AUGMENTED_FIELD_WEIGHTS if multifield and fields is None else fields)
 
     @classmethod
     def from_pretrained(cls, checkpoint: str | Path, index: str | Path, k1: float = K1, b: float = B,
                         top_k: int | None = None, threshold: float = 0.0,
                         runtime: str = "onnx-int8", aug_gate: int | None = None,
-                        encode_batch_size: int | None = None) -> "AugmentedSearcher":
+                        encode_batch_size: int | None = None, fields: dict[str, float] | None = None
+                        ) -> "AugmentedSearcher":
         """``runtime`` of the query encoder: ``onnx-int8`` (default, and what ``bm25aug export`` uses), ``torch-int8``
         or ``torch-fp32`` (the reference); see ``bm25aug.model.onnx_encoder``. ``aug_gate`` overrides the
-        checkpoint's augmentation gate (0: off; see ``bm25aug.model.targets``)."""
+        checkpoint's augmentation gate (0: off; see ``bm25aug.model.targets``). A flat-target model
+        searches a flat or a multifield index (what the index's fields say), with ``fields``'
+        weights on a multifield one (default ``AUGMENTED_FIELD_WEIGHTS``)."""
         from bm25aug.model.onnx_encoder import load_encoder
 
         encoder = load_encoder(checkpoint, runtime)
         if aug_gate is not None:
             encoder.config.aug_gate = check("aug_gate", aug_gate)
-        return cls(encoder, BM25Searcher(index, k1, b, tokenizer=encoder.tokenizer, flavor=encoder.config.target),
-                   top_k, threshold, encode_batch_size)
+        flat = encoder.config.target == "flat"  # flat or multifield, as the index's fields say
+        return cls(encoder, BM25Searcher(index, k1, b, tokenizer=None if flat else encoder.tokenizer,
+                                         flavor=None if flat else encoder.config.target),
+                   top_k, threshold, encode_batch_size, fields)
 
     def term_list(self, query: str) -> dict[str, float]:
         """The query's term list as Lucene scores it: the encoder's (pruned, as ``bm25aug export``
@@ -103,7 +123,7 @@ class AugmentedSearcher:
                               frozenset(original.keys() - self.bm25.indexed(original).keys()))
 
     def search_arrays(self, query: str, k: int = 1000) -> TopK:
-        return self.bm25.search_terms_arrays(self.term_list(query), k)
+        return self.bm25.search_terms_arrays(self.term_list(query), k, self.fields)
 
     @property
     def docids(self) -> np.ndarray:
@@ -133,8 +153,13 @@ class AugmentedSearcher:
         ``threads`` gives the same result, and with the default ``encode_batch_size`` the same as
         ``search_arrays`` one by one."""
         return search_chunks(self.bm25.index, WEIGHTED,
-                             lambda chunk: [terms_text(t) for t in self.term_lists(chunk, threads)],
+                             lambda chunk: [self.bm25.terms_text(t, self.fields) for t in self.term_lists(chunk, threads)],
                              list(queries), k, threads, desc)
+
+    def batch_search_terms_arrays(self, term_lists: list[dict[str, float]], k: int = 1000, threads: int = 1,
+                                  desc: str | None = None) -> list[TopK]:
+        """Term lists this searcher made (``term_lists``) searched as it searches them (its ``fields``)."""
+        return self.bm25.batch_search_terms_arrays(term_lists, k, threads, desc, self.fields)
 
     def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, threads: int = 1) -> dict[str, list[Hit]]:
         """Pyserini's ``batch_search``: ``{qid: hits}`` (``batch_search_arrays`` without ``Hit``s is faster)."""

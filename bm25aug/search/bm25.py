@@ -1,9 +1,12 @@
-"""BM25 search over ``flat`` and ``wp`` indexes, Pyserini-style, with hits as numpy arrays or as ``Hit`` lists.
+"""BM25 search over ``flat``, ``multifield`` and ``wp`` indexes, Pyserini-style, with hits as numpy arrays or as ``Hit`` lists.
 
 WordPiece queries are weighted term lists turned into a ``BooleanQuery`` of boosted
 ``TermQuery`` clauses, never through an analyzer: Pyserini's ``get_term_query`` would stem the
 term and split ``##`` pieces. A term repeated n times gets boost n, which is what BM25 over a bag
-of query tokens means. Lucene itself is reached through ``bm25aug.lucene.reader``.
+of query tokens means. A multifield index is searched as Pyserini's bm25-multifield searches it:
+the English analyzer's terms, boosted by count, on ``contents`` and on ``title``, each field's
+clauses boosted by its weight (``MULTIFIELD_WEIGHTS``, 1 and 1). Lucene itself is reached
+through ``bm25aug.lucene.reader``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from bm25aug.errors import UserError
 from bm25aug.lucene.index import IndexMeta, check_vocab
 from bm25aug.limits import check_query
 from bm25aug.lucene.ranking import EMPTY, TopK
-from bm25aug.lucene.reader import ANALYZED, B, K1, WEIGHTED, LuceneIndex, weighted_query_string
+from bm25aug.lucene.reader import ANALYZED, B, FIELD, K1, MULTIFIELD_WEIGHTS, WEIGHTED, LuceneIndex, check_fields
 from bm25aug.search.batch import check_qids, search_chunks
 from bm25aug.model.tokenization import load_tokenizer, query_term_counts
 
@@ -36,23 +39,29 @@ class Hit(NamedTuple):
 
 
 class BM25Searcher:
-    """BM25 over a bm25aug index of either flavor (``K1``, ``B`` by default, as Pyserini's BEIR runs).
+    """BM25 over a bm25aug index of any flavor (``K1``, ``B`` by default, as Pyserini's BEIR runs).
 
-    Hits, scores and their order equal Pyserini's ``LuceneSearcher`` (see ``bm25aug.lucene.reader``).
+    Hits, scores and their order equal Pyserini's ``LuceneSearcher`` (see ``bm25aug.lucene.reader``;
+    on a multifield index, its ``search(..., fields={"contents": 1.0, "title": 1.0})``).
 
-    A stock index built by Pyserini or Anserini (no bm25aug ``meta.json``) is searched as it is:
-    as ``flat``, or as ``wp`` when ``tokenizer`` (a name, a path or a tokenizer) says which
-    WordPiece vocabulary built it. ``flavor`` forces one of the two for a stock index."""
+    A stock index built by Pyserini or Anserini (no bm25aug ``meta.json``) is searched as what its
+    fields say: ``multifield`` when it has a title field, else ``flat``, or ``wp`` when
+    ``tokenizer`` (a name, a path or a tokenizer) says which WordPiece vocabulary built it. ``flavor``
+    names what the caller expects; an index that is something else is refused
+    (``bm25aug.lucene.flavors``), as are impact and dense indexes. ``fields``: the field weights of
+    a multifield index (default ``MULTIFIELD_WEIGHTS``, Pyserini's)."""
 
     def __init__(self, index_dir: str | Path, k1: float = K1, b: float = B, tokenizer=None,
-                 flavor: str | None = None):
+                 flavor: str | None = None, fields: dict[str, float] | None = None):
         self.index_dir = Path(index_dir)
         tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, Path)) else tokenizer
         self.meta = IndexMeta.load(self.index_dir, tokenizer, flavor)
         if flavor and self.meta.flavor != flavor:  # bm25aug's own index: its meta.json says what it is
             raise UserError(f"{self.index_dir} is a {self.meta.flavor} index, not {flavor}; fix: pass a {flavor} index "
                             f"(`bm25aug index --flavor {flavor}`), or the method or model for {self.meta.flavor}")
-        self.index = LuceneIndex(self.index_dir, k1, b)
+        multifield = self.meta.flavor == "multifield"
+        self.index = LuceneIndex(self.index_dir, k1, b, fields=self._checked(
+            MULTIFIELD_WEIGHTS if multifield and fields is None else fields))
         self.k1, self.b = k1, b
         self.tokenizer = None
         if self.meta.flavor == "wp":
@@ -68,9 +77,29 @@ class BM25Searcher:
         """External id of every Lucene doc number."""
         return self.index.docids
 
+    @property
+    def fields(self) -> dict[str, float] | None:
+        """The field weights of a multifield index (None: ``contents`` alone)."""
+        return self.index.fields
+
+    def field_weights(self, fields: dict[str, float] | None) -> dict[str, float] | None:
+        """``fields`` checked for this index: weights of a multifield index's two fields (None: this
+        searcher's own); any for a one-field index is an error, never ignored."""
+        return self.fields if fields is None else self._checked(fields)
+
+    def _checked(self, fields: dict[str, float] | None) -> dict[str, float] | None:
+        if fields is not None and self.meta.flavor != "multifield":
+            raise UserError(f"field weights {fields!r} were given for {self.index_dir}, a {self.meta.flavor} index with "
+                            f"one field; fix: drop them, or pass a multifield index")
+        if fields is not None and not set(fields) <= MULTIFIELD_WEIGHTS.keys():
+            raise UserError(f"field weights {fields!r} name fields a multifield index does not have; fix: weigh "
+                            f"{' and '.join(MULTIFIELD_WEIGHTS)}")
+        return check_fields(fields)
+
     def query_terms(self, query: str) -> dict[str, float]:
         """The index's terms of ``query`` with their counts as weights: WordPiece tokens (``wp``),
-        or the English analyzer's terms (``flat``, the terms Pyserini's bm25-flat query counts)."""
+        or the English analyzer's terms (``flat`` and ``multifield``, the terms Pyserini's
+        bm25-flat and bm25-multifield queries count)."""
         if self.tokenizer is None:
             from bm25aug.lucene.analysis import analyze
 
@@ -81,21 +110,26 @@ class BM25Searcher:
         """The fast path: Lucene doc numbers and scores as arrays (``hits`` turns them into ``Hit``s)."""
         if not check_query(query).strip():
             return EMPTY
-        if self.tokenizer is None:
+        if self.tokenizer is None:  # Pyserini's own query (multifield: on each field), built in Java
             return self.index.search(self.index.analyzed_query(query), k)
         return self.search_terms_arrays(self.query_terms(query), k)
 
-    def search_terms_arrays(self, terms: dict[str, float], k: int = 1000) -> TopK:
-        """Search a weighted term list ``{token: boost}``; an empty list has no hits."""
+    def search_terms_arrays(self, terms: dict[str, float], k: int = 1000,
+                            fields: dict[str, float] | None = None) -> TopK:
+        """Search a weighted term list ``{token: boost}``; an empty list has no hits. ``fields``:
+        other field weights of a multifield index for this search (``field_weights``)."""
         check_terms(terms)
+        fields = self.field_weights(fields)
         if not any(w > 0 for w in terms.values()):
             return EMPTY
-        return self.index.search(self.index.weighted_query(terms), k)
+        return self.index.search(self.index.weighted_query(terms, fields), k)
 
     def indexed(self, terms: dict[str, float]) -> dict[str, float]:
-        """``terms`` less those the index lacks: a model may propose a word no document has, and
-        such a term matches nothing (a no-op in Lucene) but would count as an added term."""
-        return {t: w for t, w in terms.items() if self.index.doc_freq(t)}
+        """``terms`` less those the index lacks (in every searched field): a model may propose a
+        word no document has, and such a term matches nothing (a no-op in Lucene) but would count
+        as an added term."""
+        fields = self.fields or (FIELD,)
+        return {t: w for t, w in terms.items() if any(self.index.doc_freq(t, f) for f in fields)}
 
     def hits(self, top: TopK) -> list[Hit]:
         return to_hits(self.index.docids, top)
@@ -103,40 +137,46 @@ class BM25Searcher:
     def search(self, query: str, k: int = 1000) -> list[Hit]:
         return self.hits(self.search_arrays(query, k))
 
-    def search_terms(self, terms: dict[str, float], k: int = 1000) -> list[Hit]:
-        return self.hits(self.search_terms_arrays(terms, k))
+    def search_terms(self, terms: dict[str, float], k: int = 1000, fields: dict[str, float] | None = None) -> list[Hit]:
+        return self.hits(self.search_terms_arrays(terms, k, fields))
 
     def query_text(self, query: str) -> str | None:
         """What the Java pool searches for ``query`` (``bm25aug.lucene.batch``): the text itself
-        for the English analyzer (flat), its ``term^count`` clauses (wp); None: no terms."""
+        for the English analyzer (flat), its ``term^count`` clauses (wp; multifield: on each
+        field); None: no terms."""
         if not check_query(query).strip():
             return None
-        return query if self.tokenizer is None else terms_text(self.query_terms(query))
+        return query if self.kind == ANALYZED else self.terms_text(self.query_terms(query))
+
+    @property
+    def kind(self) -> str:
+        """The kind of text ``query_text`` gives the Java pool (``bm25aug.lucene.reader``)."""
+        return ANALYZED if self.tokenizer is None and not self.fields else WEIGHTED
+
+    def terms_text(self, terms: dict[str, float], fields: dict[str, float] | None = None) -> str | None:
+        """A checked weighted term list as the Java pool's ``term^boost`` text on this index's
+        fields (``fields``: other weights, checked by the caller); None: nothing to search."""
+        check_terms(terms)
+        return self.index.weighted_text(terms, fields) or None
 
     def batch_search_arrays(self, queries: Sequence[str], k: int = 1000, threads: int = 1,
                             desc: str | None = None) -> list[TopK]:
         """The fast path for many queries: each one's top k as arrays, searched on ``threads``
         Java threads (``bm25aug.search.batch``); equal to ``search_arrays`` one by one."""
-        kind = ANALYZED if self.tokenizer is None else WEIGHTED
-        return search_chunks(self.index, kind, lambda chunk: [self.query_text(q) for q in chunk], list(queries), k,
-                             threads, desc)
+        return search_chunks(self.index, self.kind, lambda chunk: [self.query_text(q) for q in chunk], list(queries),
+                             k, threads, desc)
 
     def batch_search_terms_arrays(self, term_lists: Sequence[dict[str, float]], k: int = 1000, threads: int = 1,
-                                  desc: str | None = None) -> list[TopK]:
+                                  desc: str | None = None, fields: dict[str, float] | None = None) -> list[TopK]:
         """``search_terms_arrays`` for many weighted term lists, on the Java pool."""
-        return search_chunks(self.index, WEIGHTED, lambda chunk: [terms_text(t) for t in chunk], list(term_lists),
-                             k, threads, desc)
+        fields = self.field_weights(fields)
+        return search_chunks(self.index, WEIGHTED, lambda chunk: [self.terms_text(t, fields) for t in chunk],
+                             list(term_lists), k, threads, desc)
 
     def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, threads: int = 1) -> dict[str, list[Hit]]:
         """Pyserini's ``batch_search``: ``{qid: hits}`` (``batch_search_arrays`` without ``Hit``s is faster)."""
         check_qids(queries, qids)
         return dict(zip(qids, map(self.hits, self.batch_search_arrays(queries, k, threads))))
-
-
-def terms_text(terms: dict[str, float]) -> str | None:
-    """A checked weighted term list as the Java pool's ``term^boost`` text; None: nothing to search."""
-    check_terms(terms)
-    return weighted_query_string(terms) or None
 
 
 def check_terms(terms: dict[str, float]) -> None:

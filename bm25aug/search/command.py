@@ -65,6 +65,9 @@ def read_queries(path: str | Path) -> dict[str, str]:
             if not tab:
                 raise UserError(f"{where}: expected 'qid<TAB>query text'; fix: repair that line, or use a .jsonl "
                                 f"file of {{\"_id\": ..., \"text\": ...}} objects")
+            if not rows and is_header(qid, text):
+                log.warning("%s: line %d (%r) is a header, not a query; skipped", path, lineno, line.strip())
+                continue
         if not run_id_ok(qid):
             raise UserError(f"{where}: query id {qid!r} is empty or holds whitespace, which a TREC run cannot hold; "
                             f"fix: give that query an id without spaces, tabs or newlines")
@@ -75,6 +78,16 @@ def read_queries(path: str | Path) -> dict[str, str]:
     if empty := [q for q, t in queries.items() if not t.strip()]:
         log.warning("%s: %d queries have no text (e.g. %s); they have no hits", path, len(empty), empty[0])
     return queries
+
+
+# First-line column names that mark a TSV header (BEIR's qrels style, pandas' to_csv, MS MARCO tools).
+HEADER_IDS = {"qid", "query_id", "query-id", "queryid", "id", "_id", "topic", "topic_id"}
+HEADER_TEXTS = {"text", "query", "query_text", "question", "title", "query text", "topic"}
+
+
+def is_header(qid: str, text: str) -> bool:
+    """Whether a TSV's first line names its columns (``qid<TAB>text``) rather than holding a query."""
+    return qid.strip().lower() in HEADER_IDS and text.strip().lower() in HEADER_TEXTS
 
 
 def make_searcher(index: Path, model: str | None, tokenizer: str | None, k1: float, b: float, runtime: str,
@@ -97,13 +110,26 @@ def print_hits(hits, out=None) -> None:
 
 def run(args) -> None:
     """``bm25aug search``: check the outputs, search, print the hits or write the run."""
-    if args.output and not args.queries:
-        raise UserError("--output writes the run of --queries; fix: pass --queries FILE, or drop --output to print "
-                        "the hits of --query")
+    terms = getattr(args, "terms", None)
+    if args.output and not (args.queries or terms):
+        raise UserError("--output writes the run of --queries or --terms; fix: pass one of them, or drop --output to "
+                        "print the hits of --query")
     if args.tokenizer and args.model:
         raise UserError("--tokenizer is for plain BM25 on a stock wp index; a --model brings its own; fix: drop one")
+    if terms and args.model:
+        raise UserError("--terms are term lists a model already wrote (bm25aug export); fix: drop --model")
     index = resolve_index(args.index)
-    check_outputs({"--output": args.output}, {"--index": index, "--model": args.model, "--queries": args.queries})
+    check_outputs({"--output": args.output}, {"--index": index, "--model": args.model, "--queries": args.queries,
+                                              "--terms": terms})
+    if terms:
+        from bm25aug.search.term_lists import read_term_lists
+
+        lists = read_term_lists(terms)
+        searcher = make_searcher(index, None, args.tokenizer, args.k1, args.b, args.runtime)
+        qids = list(lists)
+        tops = searcher.batch_search_terms_arrays(list(lists.values()), k=args.k or 1000, threads=args.threads,
+                                                  desc="search")
+        return _write(args, qids, tops, searcher)
     queries = read_queries(args.queries) if args.queries else None
     searcher = make_searcher(index, args.model, args.tokenizer, args.k1, args.b, args.runtime, args.encode_batch_size)
     if queries is None:
@@ -111,6 +137,11 @@ def run(args) -> None:
         return
     qids = list(queries)
     tops = searcher.batch_search_arrays(list(queries.values()), k=args.k or 1000, threads=args.threads, desc="search")
+    _write(args, qids, tops, searcher)
+
+
+def _write(args, qids: list[str], tops, searcher) -> None:
+    """The run, to ``--output`` or standard output."""
     if args.output:
         write_trec_arrays(qids, tops, searcher.docids, args.output, tag="bm25aug")
         print(f"wrote {sum(len(t.scores) for t in tops)} hits of {len(qids)} queries to {args.output}")

@@ -10,6 +10,9 @@ than one, that is when requests are arriving together. A full queue refuses at o
 
 Two workers by default: one encodes its batch (Python, with the GIL released inside ONNX Runtime)
 while the other's batch searches in Java, so neither the encoder nor Lucene waits for the other.
+
+A request cancelled while it waits (its client hung up, or the server stops: ``abort``) is never
+searched: a worker drops it when it takes it from the queue, at no cost to the others.
 """
 
 from __future__ import annotations
@@ -67,6 +70,18 @@ class MicroBatcher:
                 raise Overloaded(self.retry_after) from None
         return future
 
+    def abort(self) -> None:
+        """Refuse new requests and cancel every queued one (the server stops: nothing more is searched)."""
+        with self._lock:
+            self._closed = True
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item.future.cancel()
+
     def close(self, timeout: float) -> None:
         """Finish what is queued, then stop the workers (waiting ``timeout`` seconds at most)."""
         with self._lock:
@@ -102,10 +117,13 @@ class MicroBatcher:
             if first is None:
                 return
             batch, stop = self._gather(first, linger)
+            # cancelled while queued (the client hung up): dropped, never searched
+            batch = [r for r in batch if r.future.set_running_or_notify_cancel()]
             linger = len(batch) > 1
-            with self._lock:
-                self.batches, self.requests = self.batches + 1, self.requests + len(batch)
-            self._run(batch)
+            if batch:
+                with self._lock:
+                    self.batches, self.requests = self.batches + 1, self.requests + len(batch)
+                self._run(batch)
             if stop:
                 return
 
@@ -115,8 +133,7 @@ class MicroBatcher:
         query fails its own request only."""
         by_k: dict[int, list[_Request]] = {}
         for request in batch:
-            if request.future.set_running_or_notify_cancel():
-                by_k.setdefault(request.k, []).append(request)
+            by_k.setdefault(request.k, []).append(request)
         for k, requests in by_k.items():
             try:
                 results = self.search([r.query for r in requests], k)

@@ -1,12 +1,15 @@
-"""``bm25aug serve``: the settings from flags or a config file, then the REST or the MCP server."""
+"""``bm25aug serve``: the settings from flags or a config file, the address bound, the indexes
+and models loaded, then the REST or the MCP server until SIGINT/SIGTERM (``stopped``, exit 0)."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import sys
 
 from bm25aug.errors import UserError
+from bm25aug.interrupts import installed
 from bm25aug.serve.config import ServeConfig, index_specs, load_config
 
 log = logging.getLogger(__name__)
@@ -34,23 +37,30 @@ def _require_extra() -> None:
 def run(args) -> None:
     _require_extra()
     config = config_from_args(args)
+    from bm25aug.serve.http_server import HttpServer, bind, url
     from bm25aug.serve.service import SearchService
 
-    service = SearchService(config)
-    if args.mcp:
-        from bm25aug.serve.mcp_tools import run_mcp
+    over_http = not args.mcp or args.transport == "http"
+    # The address first: a port in use is one line now, not after every model has loaded.
+    sock = bind(config.host, config.port) if over_http else None
+    try:
+        service = SearchService(config)
+        try:
+            if args.mcp:
+                from bm25aug.serve.mcp_tools import run_mcp
 
-        if args.transport == "http":
-            print(f"bm25aug MCP server on http://{config.host}:{config.port}/mcp", file=sys.stderr, flush=True)
-        run_mcp(service, args.transport, config.host, config.port)
-        return
-    import uvicorn
+                run_mcp(service, args.transport, config, sock)
+            else:
+                from bm25aug.serve.rest import create_app
 
-    from bm25aug.serve.rest import create_app
-
-    print(f"bm25aug REST API on http://{config.host}:{config.port} (spec: /openapi.json, docs: /docs)",
-          file=sys.stderr, flush=True)
-    # uvicorn handles SIGINT/SIGTERM itself: it stops accepting, lets in-flight requests finish
-    # (up to the timeout), then the app's lifespan closes the batchers.
-    uvicorn.run(create_app(service), host=config.host, port=config.port, log_level="warning", access_log=False,
-                timeout_graceful_shutdown=config.shutdown_s)
+                HttpServer(create_app(service), config, sock, f"bm25aug REST API on {url(sock)} (spec: /openapi.json, "
+                           f"docs: /docs)", on_deadline=service.stop_waiting).run()
+        finally:
+            service.close(timeout=1.0)  # what was queued was answered 503 at the stop
+    finally:
+        if sock is not None:
+            sock.close()
+    print("stopped", file=sys.stderr, flush=True)
+    if installed():  # the command line: all is closed, and freeing the models' memory at exit took seconds
+        sys.stdout.flush()
+        os._exit(0)

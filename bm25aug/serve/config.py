@@ -7,7 +7,8 @@ file holds the same settings (``indexes`` maps a name to its index and, optional
       scifact: {index: indexes/scifact.flat, model: checkpoints/scifact/best}
       nfcorpus: {index: indexes/nfcorpus.flat}
     port: 8081
-    max_hits: 1000
+    max_hits: 10000
+    allowed_hosts: [localhost, 127.0.0.1, "[::1]", search.example.com]
 """
 
 from __future__ import annotations
@@ -19,10 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bm25aug.errors import UserError
-from bm25aug.limits import MAX_QUERY_CHARS, RUNTIMES, check_choice
+from bm25aug.limits import JAVA_INT_MAX, MAX_QUERY_CHARS, RUNTIMES, check_choice
 from bm25aug.lucene.reader import B, K1
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # an index name is one URL path segment
+ENTRY_KEYS = ("index", "model")  # what an entry of a config file's ``indexes`` may hold
+# The names a browser on this machine uses for a loopback server, any port (as the mcp SDK's
+# streamable-HTTP transport allows by default): a page from anywhere else is refused (DNS rebinding).
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,7 @@ class ServeConfig:
     indexes: list[IndexSpec] = field(default_factory=list)
     host: str = "127.0.0.1"  # loopback: put a proxy in front to serve other machines
     port: int = 8081  # Pyserini's and Anserini's REST servers' port
-    max_hits: int = 1000  # the most hits one search may ask for
+    max_hits: int = 10_000  # the most hits one answer holds (Elasticsearch's max_result_window); more: a 400
     max_query_chars: int = 2048  # a longer query is refused (400), not truncated
     max_batch: int = 32  # queries a micro-batch
     max_wait_ms: float = 2.0  # how long a batch waits for more requests, under concurrent load only
@@ -55,24 +60,47 @@ class ServeConfig:
     runtime: str = RUNTIMES[0]  # the query encoder's runtime
     k1: float = K1
     b: float = B
+    # Host and Origin headers answered (others: 421, 403); "*" allows any, for use behind a proxy
+    allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
+    allowed_origins: tuple[str, ...] = tuple(f"http://{host}" for host in LOOPBACK_HOSTS)
+    header_timeout_s: float = 10.0  # a connection's request (head and body) must arrive within this
+    max_connections: int = 2048  # open connections; past it the oldest idle one is closed
+    max_terms: int = 1024  # terms of one weighted query (Lucene's default clause limit)
+    max_body_bytes: int = 1 << 20  # a request body (the weighted-term POST's JSON); larger: a 413
 
     def __post_init__(self) -> None:
         check_choice("query encoder runtime", self.runtime, RUNTIMES)
-        for name, low, high in (("port", 0, 65535), ("max_hits", 1, 100_000), ("max_batch", 1, 4096),
+        for name, low, high in (("port", 0, 65535), ("max_hits", 1, JAVA_INT_MAX), ("max_batch", 1, 4096),
                                 ("max_queue", 1, 1_000_000), ("workers", 1, 64), ("threads", 1, 1024),
                                 ("max_query_chars", 1, MAX_QUERY_CHARS), ("doc_cache", 0, 100_000_000),
-                                ("retry_after", 1, 3600), ("shutdown_s", 0, 3600)):
+                                ("retry_after", 1, 3600), ("shutdown_s", 0, 3600), ("max_connections", 1, 1_000_000),
+                                ("max_terms", 1, 1 << 16), ("max_body_bytes", 1024, 1 << 30)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise UserError(f"serve setting {name} = {value!r} is out of range; fix: use an integer from "
-                                f"{low} to {high}")
-        if isinstance(self.max_wait_ms, bool) or not isinstance(self.max_wait_ms, (int, float)) \
-                or not 0 <= self.max_wait_ms <= 1000:
-            raise UserError(f"serve setting max_wait_ms = {self.max_wait_ms!r} is out of range; fix: use a number "
-                            f"of milliseconds from 0 to 1000")
+                                f"{low:,} to {high:,}")
+        for name, high in (("max_wait_ms", 1000), ("header_timeout_s", 3600)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= high \
+                    or (name == "header_timeout_s" and value <= 0):
+                raise UserError(f"serve setting {name} = {value!r} is out of range; fix: use a number from "
+                                f"{'0' if name == 'max_wait_ms' else 'above 0'} to {high}")
+        self.allowed_hosts = _names("allowed_hosts", self.allowed_hosts)
+        self.allowed_origins = _names("allowed_origins", self.allowed_origins)
         names = [spec.name for spec in self.indexes]
         if repeated := next((n for n in names if names.count(n) > 1), None):
             raise UserError(f"index name {repeated!r} is given twice; fix: give each served index its own name")
+
+
+def _names(setting: str, value) -> tuple[str, ...]:
+    """A list of host names or origins (a lone string is a list of one), each one word."""
+    values = (value,) if isinstance(value, str) else value
+    if not isinstance(values, (list, tuple)) or not values or \
+            not all(isinstance(v, str) and v and len(v.split()) == 1 and v.strip() == v for v in values):
+        example = "localhost search.example.com" if setting == "allowed_hosts" else "https://app.example.com"
+        raise UserError(f"serve setting {setting} = {value!r} is not a list of names; fix: pass e.g. "
+                        f"--{setting.replace('_', '-')} {example} (or '*' for any, behind a proxy that checks it)")
+    return tuple(v.lower() for v in values)
 
 
 def parse_pairs(values: list[str] | None, option: str) -> list[tuple[str | None, str]]:
@@ -128,6 +156,12 @@ def load_config(path: str | Path) -> ServeConfig:
     if not isinstance(entries, dict) or not all(isinstance(e, dict) and isinstance(e.get("index"), str)
                                                 for e in entries.values()):
         raise UserError(f"{path}: indexes must map a name to {{index: PATH, model: PATH}}; fix: see docs/usage-serve.md")
+    for name, entry in entries.items():
+        if unknown := sorted(map(str, set(entry) - set(ENTRY_KEYS))):
+            raise UserError(f"{path}: the entry of index {name!r} has unknown keys {unknown}; fix: use the keys "
+                            f"{', '.join(ENTRY_KEYS)}")
+        if not isinstance(entry.get("model", ""), (str, type(None))):
+            raise UserError(f"{path}: the model of index {name!r} is not a path; fix: write model: PATH")
     flags = [f"{name}={entry['index']}" for name, entry in entries.items()]
     models = [f"{name}={entry['model']}" for name, entry in entries.items() if entry.get("model")]
     try:

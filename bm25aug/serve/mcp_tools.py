@@ -1,27 +1,51 @@
 """The MCP server: the same ``SearchService`` as tools an agent can call, built with the official
 ``mcp`` SDK (``MCPServer``), over stdio or streamable HTTP.
 
-Tools: ``search``, ``augment`` (the weighted term list and what the model changed),
-``get_document`` and ``list_indexes``, as Pyserini's ``pyserini.server.mcp`` names its own. A
-refused request is a tool error whose text is the one-line message the REST API sends.
+Tools: ``search``, ``search_terms`` (a weighted query: the index's terms and their weights),
+``augment`` (the weighted term list and what the model changed), ``get_document`` and
+``list_indexes``, as Pyserini's ``pyserini.server.mcp`` names its own. A refused request is a tool
+error whose text is the one-line message the REST API sends; so is an argument of the wrong type
+(the SDK's own text was pydantic's, over several lines with a URL). Over stdio every line is
+answered (``bm25aug.serve.mcp_stdio``); over HTTP it runs on the same server as the REST API
+(``bm25aug.serve.http_server``), behind the same Host and Origin checks (``bm25aug.serve.guard``).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
+from bm25aug.serve.config import ServeConfig
 from bm25aug.serve.service import SearchService, ServeError
 
 TRANSPORTS = ("stdio", "http")
+
+
+def one_line(error) -> str:
+    """A pydantic ``ValidationError`` as one line: the first argument it names, and the fix."""
+    first = error.errors()[0] if error.errors() else {}
+    where = ".".join(str(p) for p in first.get("loc", ())) or "an argument"
+    more = f" (and {len(error.errors()) - 1} more)" if len(error.errors()) > 1 else ""
+    return (f"{where}: {first.get('msg', 'invalid')}{more}; fix: pass the types the tool's inputSchema gives "
+            f"(tools/list)")
 
 
 def create_mcp(service: SearchService):
     """An ``MCPServer`` whose tools call ``service``."""
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
+    from pydantic import ValidationError
+
+    class Server(MCPServer):
+        async def call_tool(self, name, arguments, context=None):
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as e:
+                if isinstance(e.__cause__, ValidationError):
+                    raise ToolError(f"Error executing tool {name}: {one_line(e.__cause__)}") from e.__cause__
+                raise
 
     names = ", ".join(sorted(service.backends))
-    mcp = MCPServer("bm25aug", log_level="WARNING", instructions=f"BM25 search with learned query augmentation over: {names}. "
+    mcp = Server("bm25aug", log_level="WARNING", instructions=f"BM25 search with learned query augmentation over: {names}. "
                                             f"Call list_indexes first; search returns docids, scores and documents.")
 
     async def call(fn, *args):
@@ -36,6 +60,13 @@ def create_mcp(service: SearchService):
         """Search an index; candidates are {docid, score, rank, doc}, best first. method: augmented
         (default where a model is loaded) or bm25."""
         return await call(service.search, index, query, hits, method)
+
+    @mcp.tool()
+    async def search_terms(index: str, terms: dict[str, float], hits: int = 10) -> dict:
+        """Search an index with a weighted query, {term: weight}: the index's own terms, not analyzed
+        (a flat index holds the English analyzer's stems, e.g. 'durabl'; augment shows a query's),
+        each weight a boost from 0 up. A term no document holds matches nothing. Candidates as search's."""
+        return await call(service.search_terms, index, terms, hits)
 
     @mcp.tool()
     async def augment(index: str, query: str) -> dict:
@@ -56,13 +87,30 @@ def create_mcp(service: SearchService):
     return mcp
 
 
-def run_mcp(service: SearchService, transport: str, host: str, port: int) -> None:
-    """Serve the tools over ``stdio`` (the MCP client starts this process) or streamable ``http``."""
+def mcp_http_app(mcp, config: ServeConfig):
+    """The streamable-HTTP app of ``mcp`` at ``/mcp``, behind the REST API's Host and Origin checks
+    (the SDK's own check is off, so that the two transports apply one rule)."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from bm25aug.serve.guard import RequestGuard
+
+    app = mcp.streamable_http_app(transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+                                  max_request_body_size=config.max_body_bytes, host=config.host)
+    return RequestGuard(app, config, bodies=False)
+
+
+def run_mcp(service: SearchService, transport: str, config: ServeConfig, sock=None) -> None:
+    """Serve the tools over ``stdio`` (the MCP client starts this process) or streamable ``http``
+    on ``sock`` (bound by the caller before the indexes were loaded)."""
     mcp = create_mcp(service)
-    try:
-        if transport == "stdio":
-            mcp.run("stdio")
-        else:
-            mcp.run("streamable-http", host=host, port=port)
-    finally:
-        service.close()
+    if transport == "stdio":
+        import anyio
+
+        from bm25aug.serve.mcp_stdio import serve_stdio
+
+        anyio.run(serve_stdio, mcp)
+        return
+    from bm25aug.serve.http_server import HttpServer, url
+
+    HttpServer(mcp_http_app(mcp, config), config, sock, f"bm25aug MCP server on {url(sock)}/mcp",
+               on_deadline=service.stop_waiting).run()

@@ -6,98 +6,35 @@ says (``SearchResponse``, ``DocumentResponse``, errors as ``{"error": ...}``), s
 unchanged. bm25aug adds ``method=bm25|augmented`` on search, ``/v1/{index}/augment`` (the term
 list and what the model changed), ``/v1/indexes`` and ``/health``. The spec is served at
 ``/openapi.json``; every error, a malformed parameter too, is a 4xx ``{"error": ...}`` that it
-documents (FastAPI's own 422 is answered as 400, as Anserini does).
+documents (FastAPI's own 422 is answered as 400, as Anserini does). ``POST /v1/{index}/search``
+takes a weighted query, ``{"terms": {term: weight}, "hits": n}``, searched as
+``BM25Searcher.search_terms`` does. A search whose client hangs up before it is answered is
+cancelled (a search still queued is never run). ``bm25aug.serve.guard`` checks the Host, the
+Origin and the body's size before any route.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import Awaitable, Literal
 
 from fastapi import FastAPI, Path, Query, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, Field
+from fastapi.responses import Response
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from bm25aug import __version__
-from bm25aug.serve.service import API, SearchService, ServeError
+from bm25aug.limits import JAVA_INT_MAX
+from bm25aug.serve.guard import RequestGuard
+from bm25aug.serve.schemas import (ERRORS, OVERLOADED, TOO_LARGE, AugmentResponse, DocumentResponse, Health,
+                                   IndexInfo, SearchResponse, TermsQuery)
+from bm25aug.serve.service import API, LARGE, SearchService, ServeError
 
 log = logging.getLogger(__name__)
-
-
-class QueryText(BaseModel):
-    text: str
-
-
-class Candidate(BaseModel):
-    docid: str
-    score: float
-    rank: int = Field(ge=1)
-    doc: Any = Field(description="the stored document: parsed JSON, or the raw string with parse=false")
-
-
-class SearchResponse(BaseModel):
-    api: str
-    index: str
-    method: str = Field(description="bm25aug: the method that ranked the candidates")
-    query: QueryText
-    candidates: list[Candidate]
-
-
-class DocumentResponse(BaseModel):
-    api: str
-    index: str
-    docid: str
-    doc: Any
-
-
-class Reweighted(BaseModel):
-    bm25: float
-    learned: float
-    indexed: bool = Field(description="whether any document has the term (a term none has is never searched)")
-
-
-class AugmentResponse(BaseModel):
-    api: str
-    index: str
-    query: QueryText
-    terms: dict[str, float] = Field(description="the weighted term list Lucene scores")
-    added: dict[str, float] = Field(description="terms the model added, heaviest first")
-    reweighted: dict[str, Reweighted] = Field(description="the query's own terms: BM25's weight and the learned one")
-
-
-class IndexInfo(BaseModel):
-    name: str
-    index: str
-    flavor: str
-    num_docs: int
-    model: str | None
-    methods: list[str]
-    default_method: str
-
-
-class Health(BaseModel):
-    status: str
-    indexes: int
-    uptime_s: float
-    requests: int
-    mean_batch: float
-
-
-class ErrorResponse(BaseModel):
-    error: str
-
-
-ERRORS = {status: {"model": ErrorResponse, "description": what} for status, what in (
-    (400, "Invalid request parameters"), (404, "Unknown index, document or route"),
-    (500, "Internal server error (a fault of the server, never of the request)"))}
-OVERLOADED = {503: {"model": ErrorResponse, "description": "Overloaded: the request queue is full",
-                    "headers": {"Retry-After": {"description": "seconds to wait before retrying",
-                                                "schema": {"type": "integer"}}}}}
 
 
 def _json(body: dict | list, status: int = 200, headers: dict | None = None) -> Response:
@@ -105,21 +42,62 @@ def _json(body: dict | list, status: int = 200, headers: dict | None = None) -> 
     return Response(json.dumps(body, ensure_ascii=False, allow_nan=False), status, headers, "application/json")
 
 
+def _dumps_search(body: dict) -> str:
+    """A search answer as JSON a candidate at a time, so that the thread encoding it lets go of the
+    GIL between them (one ``json.dumps`` of a thousand documents held it, and the event loop, throughout)."""
+    head = json.dumps({k: v for k, v in body.items() if k != "candidates"}, ensure_ascii=False, allow_nan=False)
+    parts = [json.dumps(c, ensure_ascii=False, allow_nan=False) for c in body["candidates"]]
+    return f'{head[:-1]}, "candidates": [{", ".join(parts)}]}}'
+
+
+async def _search_answer(service: SearchService, body: dict) -> Response:
+    """A search answer; a large one encoded on the service's threads."""
+    if len(body["candidates"]) <= LARGE:
+        return _json(body)
+    return Response(await service.offload(_dumps_search, body), 200, None, "application/json")
+
+
 def _error(e: ServeError) -> Response:
     headers = {"Retry-After": str(e.retry_after)} if e.retry_after else None
     return _json({"error": e.message}, e.status, headers)
 
 
+class ClientGone(Exception):
+    """The client hung up before its answer: nothing is sent."""
+
+
+async def _hung_up(receive) -> None:
+    """Return once the client has closed its connection (the ASGI receive channel says so)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_gone(request: Request, work: Awaitable):
+    """``work``'s answer, unless the client hangs up first: then ``work`` is cancelled, so that a
+    search still queued is never run (one client's abandoned searches starved the others)."""
+    task, gone = asyncio.ensure_future(work), asyncio.ensure_future(_hung_up(request.receive))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:  # also when this handler is itself cancelled
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+    if task.done() and not task.cancelled():
+        return task.result()
+    raise ClientGone
+
+
 def create_app(service: SearchService) -> FastAPI:
-    """The app for ``service``; its lifespan closes the service after in-flight requests finish."""
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        yield
-        await run_in_threadpool(service.close)
-
-    app = FastAPI(title="bm25aug REST API", version=__version__, lifespan=lifespan,
+    """The app for ``service`` (which the caller closes)."""
+    app = FastAPI(title="bm25aug REST API", version=__version__,
                   description="Anserini's REST API (search, documents) on BM25 with learned query augmentation.")
+    app.add_middleware(RequestGuard, config=service.config)
+
+    @app.exception_handler(ClientGone)
+    @app.exception_handler(ClientDisconnect)
+    async def gone(request: Request, e: Exception) -> Response:
+        return Response(status_code=499)  # never written: the connection is closed
+
 
     @app.exception_handler(ServeError)
     async def serve_error(request: Request, e: ServeError) -> Response:
@@ -128,14 +106,21 @@ def create_app(service: SearchService) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def bad_parameter(request: Request, e: RequestValidationError) -> Response:
         first = e.errors()[0] if e.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ())[1:]) or "a parameter"  # loc[0]: query, path, ...
-        return _json({"error": f"{where}: {first.get('msg', 'invalid')}; fix: see /openapi.json for the "
-                               f"parameter's type and range"}, 400)
+        loc = [str(p) for p in first.get("loc", ())]  # loc[0]: query, path, body
+        where = ".".join(loc[1:]) or ("the JSON body" if loc[:1] == ["body"] else "a parameter")
+        fix = ("send {\"terms\": {term: weight}, \"hits\": n} as JSON (see /openapi.json)" if loc[:1] == ["body"]
+               else "see /openapi.json for the parameter's type and range")
+        return _json({"error": f"{where}: {first.get('msg', 'invalid')}; fix: {fix}"}, 400)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, e: StarletteHTTPException) -> Response:
         fix = "; fix: see /openapi.json for the routes" if e.status_code in (404, 405) else ""
-        return _json({"error": f"{e.detail}{fix}"}, e.status_code, e.headers)  # a 405's Allow header too
+        headers = dict(e.headers or {})
+        if e.status_code == 405:  # every method of the path (Starlette names the first route's only: GET, not POST)
+            methods = {m for route in app.routes if isinstance(route, APIRoute) and route.path_regex.match(
+                request.url.path) for m in route.methods}
+            headers["Allow"] = ", ".join(sorted(methods)) or headers.get("Allow", "")
+        return _json({"error": f"{e.detail}{fix}"}, e.status_code, headers)
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, e: Exception) -> Response:
@@ -153,16 +138,27 @@ def create_app(service: SearchService) -> FastAPI:
     def parse_param():
         return Query(True, description="true: the stored document as parsed JSON; false: its raw string")
 
+    hits_text = (f"number of hits (as in Anserini, at most the index's size are answered; over this server's "
+                 f"limit of {service.config.max_hits:,}: a 400)")
+
     @app.get(f"/{API}/{{index}}/search", response_model=SearchResponse, responses={**ERRORS, **OVERLOADED},
              tags=["anserini"],
              summary="Search an index")
-    async def search(index: str = index_path(), query: str = query_param(),
-                     hits: int = Query(10, ge=1, le=service.config.max_hits, description="number of hits"),
+    async def search(request: Request, index: str = index_path(), query: str = query_param(),
+                     hits: int = Query(10, ge=1, le=JAVA_INT_MAX, description=hits_text),
                      parse: bool = parse_param(),
                      method: Literal["bm25", "augmented"] | None = Query(
                          None, description="bm25aug: the ranking method (default: augmented where a model is loaded)"),
                      ) -> Response:
-        return _json(await service.search(index, query, hits, method, parse))
+        return await _search_answer(service, await unless_gone(request, service.search(index, query, hits, method,
+                                                                                       parse)))
+
+    @app.post(f"/{API}/{{index}}/search", response_model=SearchResponse,
+              responses={**ERRORS, **OVERLOADED, **TOO_LARGE}, tags=["bm25aug"],
+              summary="Search with a weighted query: the index's terms and their weights (BM25 with boosts)")
+    async def search_terms(request: Request, body: TermsQuery, index: str = index_path()) -> Response:
+        return await _search_answer(service, await unless_gone(request, service.search_terms(
+            index, body.terms, body.hits, body.parse)))
 
     # {docid:path}: a docid may hold "/" (Wikipedia titles such as AC/DC in FEVER or HotpotQA)
     @app.get(f"/{API}/{{index}}/doc/{{docid:path}}", response_model=DocumentResponse, responses=ERRORS,

@@ -5,8 +5,13 @@
 checked here, once, for both protocols; a bad one is a ``ServeError`` with an HTTP status and a
 one-line message naming the problem and the fix.
 
-Search results equal the in-process searchers' (``AugmentedSearcher.search``, ``BM25Searcher.search``):
-a micro-batch runs ``batch_search_arrays``, which gives each query exactly the hits it gets alone.
+Search results equal the in-process searchers' (``AugmentedSearcher.search``, ``BM25Searcher.search``,
+``BM25Searcher.search_terms``): a micro-batch runs ``batch_search_arrays`` (or
+``batch_search_terms_arrays``), which gives each query exactly the hits it gets alone.
+
+A request waits for its search as an asyncio future that can end three ways besides its answer:
+its client hangs up (the REST app cancels it; a search not yet started is then never run), the
+server stops (``stop_waiting``: what still waits is answered 503), or its search is refused (400).
 """
 
 from __future__ import annotations
@@ -22,11 +27,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from bm25aug.errors import UserError
-from bm25aug.limits import check_text
+from bm25aug.limits import JAVA_INT_MAX, check_text
 from bm25aug.lucene.ranking import TopK
-from bm25aug.lucene.reader import RAW_FIELD, stored_values
+from bm25aug.lucene.reader import RAW_FIELD, stored_values, weighted_query_string
 from bm25aug.serve.batcher import MicroBatcher, Overloaded
 from bm25aug.serve.config import IndexSpec, ServeConfig
+from bm25aug.search.term_lists import check_term_list
 
 if TYPE_CHECKING:
     from bm25aug.search.augmented import AugmentedSearcher
@@ -35,6 +41,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 API = "v1"
 METHODS = ("bm25", "augmented")
+TERMS = "terms"  # the batcher of weighted term lists (plain BM25 on the client's own weights)
+LARGE = 100  # candidates past which an answer is built on the service's threads, not the event loop's
 
 
 class ServeError(Exception):
@@ -83,13 +91,24 @@ class Backend:
                     self._docs.popitem(last=False)
         return [out[int(n)] for n in numbers]
 
-    def batch(self, method: str, queries: list[str], k: int, threads: int) -> list[tuple[TopK, list[str | None]]]:
-        """Each query's top k and the stored documents of its hits."""
-        searcher = self.augmented if method == "augmented" else self.bm25
+    def batch(self, method: str, queries: list, k: int, threads: int) -> list[tuple[TopK, list[str | None]]]:
+        """Each query's top k (a text, or a weighted term list for ``TERMS``) and the stored
+        documents of its hits."""
         # A lone query is searched on this thread: the Java pool's hand-off would only add latency.
-        tops = [searcher.search_arrays(queries[0], k)] if len(queries) == 1 else \
-            searcher.batch_search_arrays(queries, k, threads)
+        if method == TERMS:
+            tops = [self.bm25.search_terms_arrays(queries[0], k)] if len(queries) == 1 else \
+                self.bm25.batch_search_terms_arrays(queries, k, threads)
+        else:
+            searcher = self.augmented if method == "augmented" else self.bm25
+            tops = [searcher.search_arrays(queries[0], k)] if len(queries) == 1 else \
+                searcher.batch_search_arrays(queries, k, threads)
         return [(top, self.documents(top.lucene_ids)) for top in tops]
+
+
+def as_candidates(ids: list[str], scores: list[float], docs: list[str | None], parse: bool) -> list[dict]:
+    """Anserini's candidates, best first."""
+    return [{"docid": d, "score": s, "rank": r, "doc": parse_document(doc, parse)}
+            for r, (d, s, doc) in enumerate(zip(ids, scores, docs), 1)]
 
 
 def parse_document(raw: str | None, parse: bool):
@@ -122,7 +141,7 @@ class SearchService:
                 backend = Backend(spec, augmented.bm25, augmented, config.doc_cache)
             else:
                 backend = Backend(spec, BM25Searcher(path, config.k1, config.b), None, config.doc_cache)
-            for method in backend.methods:
+            for method in (*backend.methods, TERMS):
                 backend.batchers[method] = MicroBatcher(
                     lambda queries, k, b=backend, m=method: b.batch(m, queries, k, config.threads),
                     config.max_batch, config.max_wait_ms, config.max_queue, config.workers, config.retry_after,
@@ -133,20 +152,53 @@ class SearchService:
         # thread that calls Java stays attached to the JVM, so short-lived pool threads would pile
         # up there (and a thread dump of such a JVM crashed it).
         self._pool = ThreadPoolExecutor(config.workers, thread_name_prefix="bm25aug-serve")
+        self._waiting: set[asyncio.Future] = set()  # requests waiting for a search (the event loop's thread only)
+        self.stopping = False
 
-    def close(self) -> None:
-        """Let queued requests finish (up to ``shutdown_s``), then stop every batcher."""
-        for backend in self.backends.values():
-            for batcher in backend.batchers.values():
-                batcher.close(self.config.shutdown_s)
-        self._pool.shutdown(wait=True)
+    def _batchers(self) -> list[MicroBatcher]:
+        return [batcher for backend in self.backends.values() for batcher in backend.batchers.values()]
 
-    async def _blocking(self, fn: Callable, *args):
-        """``fn(*args)`` on the service's own threads (see ``__init__``), its refusals as 400s."""
+    def stop_waiting(self) -> None:
+        """The server stops: every request still waiting is answered 503 now, and no queued search
+        is run. Call it on the event loop's thread."""
+        self.stopping = True
+        for batcher in self._batchers():
+            batcher.abort()
+        for waiter in list(self._waiting):
+            waiter.cancel()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Let queued requests finish (up to ``timeout``, ``shutdown_s`` by default), then stop
+        every batcher; their workers are daemon threads, so one stuck in a search ends with the process."""
+        deadline = time.monotonic() + (self.config.shutdown_s if timeout is None else timeout)
+        for batcher in self._batchers():
+            batcher.close(max(0.0, deadline - time.monotonic()))
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _result(self, future):
+        """The answer of a search or a read on another thread (a ``concurrent.futures.Future``): its
+        refusal a 400, and a 503 when the server stops first (``stop_waiting``)."""
+        waiter = asyncio.wrap_future(future)
+        self._waiting.add(waiter)
         try:
-            return await asyncio.wrap_future(self._pool.submit(fn, *args))
+            return await waiter
         except UserError as e:
             raise ServeError(400, str(e)) from None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self.stopping and not (task is not None and task.cancelling()):
+                raise ServeError(503, "the server is stopping; fix: retry the request (on another replica, or "
+                                      "here once the server is back)", self.config.retry_after) from None
+            raise
+        finally:
+            self._waiting.discard(waiter)
+
+    async def offload(self, fn: Callable, *args):
+        """``fn(*args)`` on the service's own threads (see ``__init__``), its refusals as 400s."""
+        if self.stopping:
+            raise ServeError(503, "the server is stopping; fix: retry the request (on another replica, or here "
+                                  "once the server is back)", self.config.retry_after)
+        return await self._result(self._pool.submit(fn, *args))
 
     # ------------------------------------------------------------------------------ checks
     def backend(self, name: str) -> Backend:
@@ -167,12 +219,18 @@ class SearchService:
         except UserError as e:
             raise ServeError(400, str(e)) from None
 
-    def check_hits(self, hits) -> int:
-        """An integer from 1 to ``max_hits``."""
-        if isinstance(hits, bool) or not isinstance(hits, int) or not 1 <= hits <= self.config.max_hits:
-            raise ServeError(400, f"hits={hits!r} is out of range; fix: pass an integer from 1 to "
-                                  f"{self.config.max_hits}")
-        return hits
+    def check_hits(self, hits, backend: Backend) -> int:
+        """How many hits to search for: ``hits`` (a positive Java int, as Anserini parses it) up to
+        the index's size, as Lucene and Anserini do; over ``max_hits`` that is a 400."""
+        if isinstance(hits, bool) or not isinstance(hits, int) or not 1 <= hits <= JAVA_INT_MAX:
+            raise ServeError(400, f"hits={hits!r} is out of range; fix: pass an integer from 1 to {JAVA_INT_MAX:,} "
+                                  f"(at most {self.config.max_hits:,} are answered)")
+        k = max(1, min(hits, backend.bm25.num_docs))
+        if k > self.config.max_hits:
+            raise ServeError(400, f"hits={hits:,} asks for {k:,} documents, over this server's limit of "
+                                  f"{self.config.max_hits:,} a search; fix: pass hits of at most "
+                                  f"{self.config.max_hits:,} (or start the server with a larger --max-hits)")
+        return k
 
     def method(self, backend: Backend, method: str | None) -> str:
         """The asked-for method if the index has it, else its default (augmented where a model is loaded)."""
@@ -189,19 +247,35 @@ class SearchService:
         """Anserini's ``SearchResponse``: ``{api, index, query: {text}, candidates: [{docid, score, rank, doc}]}``
         (plus ``method``)."""
         backend = self.backend(index)
-        query, hits, method = self.check_query(query), self.check_hits(hits), self.method(backend, method)
+        query, k, method = self.check_query(query), self.check_hits(hits, backend), self.method(backend, method)
+        candidates = await self._search(backend, method, query, k, parse)
+        return {"api": API, "index": index, "method": method, "query": {"text": query}, "candidates": candidates}
+
+    async def search_terms(self, index: str, terms, hits: int = 10, parse: bool = True) -> dict:
+        """A weighted term list ``{term: weight}`` searched as ``BM25Searcher.search_terms`` does (index
+        terms, not analyzed), answered as ``search`` is; ``query`` holds its Lucene text and the terms."""
+        backend = self.backend(index)
         try:
-            future = backend.batchers[method].submit(query, hits)
-        except Overloaded as e:
-            raise ServeError(503, f"{e}; fix: retry later, or add replicas", e.retry_after) from None
-        try:
-            top, docs = await asyncio.wrap_future(future)
+            terms = check_term_list(terms, self.config.max_terms)
         except UserError as e:
             raise ServeError(400, str(e)) from None
+        k = self.check_hits(hits, backend)
+        candidates = await self._search(backend, TERMS, terms, k, parse)
+        return {"api": API, "index": index, "method": "bm25", "query": {"text": weighted_query_string(terms),
+                                                                        "terms": terms}, "candidates": candidates}
+
+    async def _search(self, backend: Backend, method: str, query, k: int, parse: bool) -> list[dict]:
+        """One query through its micro-batcher, as Anserini's candidates."""
+        try:
+            future = backend.batchers[method].submit(query, k)
+        except Overloaded as e:
+            why = "the server is stopping" if self.stopping else str(e)
+            raise ServeError(503, f"{why}; fix: retry later, or add replicas", e.retry_after) from None
+        top, docs = await self._result(future)
         ids = backend.bm25.docids[top.lucene_ids].tolist()
-        candidates = [{"docid": d, "score": s, "rank": r, "doc": parse_document(doc, parse)}
-                      for r, (d, s, doc) in enumerate(zip(ids, top.scores.tolist(), docs), 1)]
-        return {"api": API, "index": index, "method": method, "query": {"text": query}, "candidates": candidates}
+        if len(ids) > LARGE:  # parsing a thousand documents took the event loop from every other request
+            return await self.offload(as_candidates, ids, top.scores.tolist(), docs, parse)
+        return as_candidates(ids, top.scores.tolist(), docs, parse)
 
     async def augment(self, index: str, query: str) -> dict:
         """The query's weighted term list, and what the model added and reweighted (``AugmentedQuery``)."""
@@ -210,7 +284,7 @@ class SearchService:
         if backend.augmented is None:
             raise ServeError(400, f"index {index!r} has no model to augment queries with; fix: serve it with "
                                   f"--model {index}=MODEL_DIR")
-        augmented = await self._blocking(backend.augmented.augment, query)
+        augmented = await self.offload(backend.augmented.augment, query)
         return {"api": API, "index": index, "query": {"text": query}, "terms": augmented.terms,
                 "added": augmented.added,
                 "reweighted": {t: {"bm25": c, "learned": w, "indexed": t not in augmented.unindexed}
@@ -219,10 +293,12 @@ class SearchService:
     async def document(self, index: str, docid: str, parse: bool = True) -> dict:
         """Anserini's ``DocumentResponse``: ``{api, index, docid, doc}``."""
         backend = self.backend(index)
-        number = int(backend.bm25.index.doc_numbers([docid])[0]) if docid else -1
-        if number < 0:
+        # The id found must be the id asked for: the id table is a numpy array of fixed-width strings,
+        # which drop trailing NULs, so '4983\x00' looked up as '4983' (bm25aug.lucene.reader.doc_numbers).
+        number = int(backend.bm25.index.doc_numbers([docid])[0]) if isinstance(docid, str) and docid else -1
+        if number < 0 or "\x00" in docid or str(backend.bm25.docids[number]) != docid:
             raise ServeError(404, f"index {index!r} has no document {docid!r}; fix: use a docid from its hits")
-        raw = (await self._blocking(backend.documents, [number]))[0]
+        raw = (await self.offload(backend.documents, [number]))[0]
         return {"api": API, "index": index, "docid": docid, "doc": parse_document(raw, parse)}
 
     def indexes(self) -> list[dict]:

@@ -19,14 +19,14 @@ from bm25aug import recipes
 from bm25aug.errors import UserError
 from bm25aug.lucene.reader import B, K1
 from bm25aug.limits import check_all, check_choice
-from bm25aug.model.config import POOLINGS, TARGETS, AugmenterConfig
+from bm25aug.model.config import POOLINGS, QUERY_SIDES, TARGETS, AugmenterConfig
 
 NEGATIVES = ("bm25", "dpr")
 AUG_INITS = ("embeddings", "centered", "random")
 DEVICES = ("auto", "cpu", "cuda")  # bm25aug.train.trainer.resolve_device
 _MODEL = AugmenterConfig()
 # Settings that shape a new model; --init-from brings its model's own instead.
-MODEL_SETTINGS = ("encoder", "encoder_layers", "use_weights", "use_augmentation", "max_query_length", "pooling",
+MODEL_SETTINGS = ("encoder", "encoder_layers", "query_side", "use_weights", "use_augmentation", "max_query_length", "pooling",
                   "weight_floor", "aug_threshold", "aug_layer", "aug_init", "feedback_terms")
 
 
@@ -48,6 +48,8 @@ class TrainConfig:
     encoder_layers: int | None = arg(None, "keep only the encoder's first N layers, a cheaper query encoder "
                                            "(0: the embeddings alone; default: all)")
     epochs: int = arg(6, "passes over the training queries")
+    epoch_steps: int = arg(0, "at most this many steps an epoch, each epoch a new seeded draw from every corpus "
+                              "(0: every example once an epoch)")
     batch_size: int = arg(32, "queries per step")
     lr: float = arg(3e-5, "learning rate of the encoder")
     head_lr: float = arg(1e-3, "learning rate of the two heads (new parameters, 30,522 + 1 outputs)")
@@ -105,6 +107,13 @@ class TrainConfig:
     feedback_terms: int = arg(_MODEL.feedback_terms, "learned feedback: the encoder also reads RM3's top N feedback "
                                                      "terms of the query's first BM25 search, less the query's own "
                                                      "(flat target; 0: the query alone)")
+    query_side: str = arg(_MODEL.query_side, "contextual: an encoder reads each query; static: a learned weight and "
+                                             "expansion list per term, looked up, no encoder at query time",
+                          choices=QUERY_SIDES)
+    expansion_terms: int = arg(8, "static query side: candidate added terms per query term (the terms --teacher "
+                                  "adds beside it, else those of its judged documents; 0: reweighting only)")
+    table_lr: float = arg(0.05, "static query side: the learning rate of its table (a weight per term, a value per "
+                                "expansion entry; each is its own parameter, so it moves far faster than a head)")
     init_from: str | None = arg(None, "start from this trained model (its encoder, heads and model settings) instead "
                                       "of the pretrained encoder, e.g. the general model fine-tuned on one corpus "
                                       "(same target)")
@@ -117,8 +126,11 @@ class TrainConfig:
         check_all(self)
         check_choice("--negatives", self.negatives, NEGATIVES)
         check_choice("--aug-init", self.aug_init, AUG_INITS)
+        check_choice("--query-side", self.query_side, QUERY_SIDES)
         if self.feedback_terms:
             self._check_feedback()
+        if self.query_side == "static":
+            self._check_static()
         if self.init_from:
             defaults = {f.name: f.default for f in fields(self)}
             if set_here := [name for name in MODEL_SETTINGS if getattr(self, name) != defaults[name]]:
@@ -126,6 +138,16 @@ class TrainConfig:
                 raise UserError(f"this run sets {flag} {getattr(self, set_here[0])} (on the command line or in its "
                                 f"recipe), a model setting, but --init-from {self.init_from} brings its model's own; "
                                 f"fix: leave {flag} out, or train from the pretrained encoder without --init-from")
+
+    def _check_static(self) -> None:
+        """What a static query side has no use for: the encoder's settings."""
+        clash = {f"--encoder-layers {self.encoder_layers}": self.encoder_layers is not None,
+                 f"--feedback-terms {self.feedback_terms}": bool(self.feedback_terms),
+                 "--aug-init centered": self.aug_init == "centered",
+                 f"--pooling {self.pooling}": bool(self.pooling)}
+        if bad := next((flag for flag, clashes in clash.items() if clashes), None):
+            raise UserError(f"--query-side static has no encoder, so {bad} means nothing for it; fix: drop {bad}, "
+                            f"or train the contextual query side")
 
     def _check_feedback(self) -> None:
         """What learned feedback cannot be combined with."""

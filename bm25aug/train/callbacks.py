@@ -20,9 +20,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from bm25aug.errors import UserError
 from bm25aug.io import atomic_write_bytes, write_json
 from bm25aug.model.augmenter import CONFIG_NAME, AugmenterConfig, QueryAugmenter
 from bm25aug.model.card import card_text, finished_now, write_card
+from bm25aug.model.loading import is_static, load_model
 from bm25aug.train.arguments import TrainConfig
 
 if TYPE_CHECKING:
@@ -131,7 +133,7 @@ class SignificanceCheck(TrainerCallback):
         best, saved = trainer.out / "best", trainer.out / "selection.json"
         if not (best / CONFIG_NAME).exists():
             return
-        model = QueryAugmenter.from_pretrained(best)
+        model = load_model(best)
         if not (model.config.use_weights or model.config.use_augmentation):
             result["selection"] = json.loads(saved.read_text()) if saved.exists() else None  # plain BM25 already
             return
@@ -155,6 +157,29 @@ class SignificanceCheck(TrainerCallback):
         model.save_pretrained(best)
 
 
+def heads_on(model: QueryAugmenter, source: str) -> QueryAugmenter:
+    """A model to train on from ``--init-from``: one that its run's significance check served as
+    plain BM25 (both heads off, its learned weights kept) gets back the heads its run trained
+    (``config.json`` beside it; else both), since with neither there is nothing to train."""
+    if model.config.use_weights or model.config.use_augmentation:
+        return model
+    run_config = Path(model.path).parent / "config.json" if model.path else None
+    try:
+        saved = json.loads(run_config.read_text()) if run_config and run_config.is_file() else {}
+    except (OSError, ValueError):
+        saved = {}
+    saved = saved if isinstance(saved, dict) else {}
+    use_weights, use_augmentation = bool(saved.get("use_weights", True)), bool(saved.get("use_augmentation", True))
+    if not (use_weights or use_augmentation):
+        raise UserError(f"--init-from {source} has neither learned weights nor augmentation (both were ablated), so "
+                        f"there is nothing to train; fix: start from the pretrained encoder (drop --init-from)")
+    log.info("--init-from %s is served as plain BM25 (its run's significance check); training starts from its "
+             "learned weights with %s on", source,
+             " and ".join(n for n, on in (("w(q)", use_weights), ("a(q)", use_augmentation)) if on))
+    model.config = replace(model.config, use_weights=use_weights, use_augmentation=use_augmentation)
+    return model
+
+
 class GateCalibration(TrainerCallback):
     """Set best/'s ``aug_gate`` at ``quantile`` of the training queries' counts (``calibrate_gate``)."""
 
@@ -165,9 +190,9 @@ class GateCalibration(TrainerCallback):
         best = trainer.out / "best"
         if not (best / CONFIG_NAME).exists():
             return
-        model = QueryAugmenter.from_pretrained(best)
-        if not model.config.use_augmentation:
-            return  # a ≡ 0: nothing to gate
+        model = load_model(best)
+        if not model.config.use_augmentation or is_static(model):
+            return  # a ≡ 0, or a table whose expansion lists are short by design: nothing to gate
         examples = trainer.examples
         gate = calibrate_gate(model, [e.query for e in examples], self.quantile, [e.feedback for e in examples])
         if model.config.aug_gate != gate:
@@ -188,7 +213,8 @@ class ModelCard(TrainerCallback):
         recipe = {k: v for k, v in asdict(trainer.config).items() if k not in ("output_dir", "threads", "device")}
         top = max(history[1:], key=lambda h: h["dev_metric"], default=history[0])
         how = json.loads((trainer.out / "dev_split.json").read_text())["how"]
-        write_card(best, card_text(AugmenterConfig.load(best), trainer.model.encoder.config.num_hidden_layers, {
+        layers = 0 if is_static(trainer.model) else trainer.model.encoder.config.num_hidden_layers
+        write_card(best, card_text(AugmenterConfig.load(best), layers, {
             "dataset": trainer.name, "examples": len(trainer.examples), "finished": finished_now(),
             "dev_how": how, "dev_queries": sum(len(c.dev.queries) for c in trainer.corpora),
             "metric": history[0]["dev_metric_name"],

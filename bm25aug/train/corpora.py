@@ -24,6 +24,7 @@ from bm25aug.data.layouts import Split
 from bm25aug.data.registry import Dataset
 from bm25aug.errors import UserError
 from bm25aug.io import write_json
+from bm25aug.model.loading import is_static
 from bm25aug.model.targets import ColumnMap
 from bm25aug.search.bm25 import BM25Searcher
 from bm25aug.search.feedback import FeedbackTerms
@@ -60,8 +61,8 @@ def load_corpus(config: TrainConfig, dataset: Dataset, index: Path, model, out: 
     bm25 = TorchBM25(searcher.index, model.tokenizer.get_vocab() if config.target == "wp" else None,
                      BM25Params(config.k1, config.b, bag_of_words=config.bag_of_words))
     cmap = model.target.columns(bm25)
-    l1 = DfWeightedL1(cmap.vocab_df(bm25.df), bm25.num_docs, config.uniform_l1, config.penalty_floor,
-                      config.off_positive_penalty)
+    df = bm25.df if is_static(model) else cmap.vocab_df(bm25.df)  # what a(q) is over: columns, or the vocabulary
+    l1 = DfWeightedL1(df, bm25.num_docs, config.uniform_l1, config.penalty_floor, config.off_positive_penalty)
     loss = AugmentationLoss(l1, config.lam, config.flops, config.distill_weight)
     train, dev, dev_how = dataset.train_dev(config.dev_size, config.seed)
     if config.pseudo_queries:
@@ -95,13 +96,23 @@ def write_dev_split(corpora: list[TrainingCorpus], path: Path) -> None:
                           "qids": {c.name: sorted(c.dev.queries) for c in corpora}})
 
 
-def steps_per_epoch(corpora: list[TrainingCorpus], batch_size: int) -> int:
-    """Batches of one corpus each: every corpus's examples cut into batches, summed."""
-    return sum(math.ceil(len(c.examples) / batch_size) for c in corpora)
+def steps_per_epoch(corpora: list[TrainingCorpus], batch_size: int, cap: int = 0) -> int:
+    """Batches of one corpus each: every corpus's examples cut into batches, summed (at most
+    ``cap`` when set)."""
+    steps = sum(math.ceil(len(c.examples) / batch_size) for c in corpora)
+    return min(steps, cap) if cap else steps
 
 
 def epoch_batches(corpora: list[TrainingCorpus], batch_size: int, temperature: float,
-                  rng: random.Random) -> list[list[Example]]:
+                  rng: random.Random, cap: int = 0) -> list[list[Example]]:
+    """One epoch's batches (see ``_epoch_batches``), the first ``cap`` of them when set: each
+    epoch then trains on another seeded draw from every corpus (``--epoch-steps``)."""
+    batches = _epoch_batches(corpora, batch_size, temperature, rng)
+    return batches[:cap] if cap else batches
+
+
+def _epoch_batches(corpora: list[TrainingCorpus], batch_size: int, temperature: float,
+                   rng: random.Random) -> list[list[Example]]:
     """One epoch's batches, each from a single corpus, in a seeded order.
 
     Each corpus's examples are shuffled and cut into batches. A lone corpus keeps that order and

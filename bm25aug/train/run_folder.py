@@ -16,6 +16,7 @@ from bm25aug.errors import UserError
 from bm25aug.io import write_json
 from bm25aug.lucene.index import IndexMeta
 from bm25aug.model.augmenter import CONFIG_NAME
+from bm25aug.model.card import run_ended
 from bm25aug.train.arguments import TrainConfig, saved_value
 from bm25aug.train.corpora import run_name
 
@@ -27,14 +28,37 @@ _MAY_CHANGE = ("epochs", "threads", "output_dir", "gate_quantile", "device", "si
 
 def refuse_finished(out: Path, resume: bool) -> None:
     """A run folder with a model in it (best/ or last/) is continued with --resume, never trained
-    over; without last/ it cannot be continued, and training again would replace best/."""
+    over. Without a usable last/ (a stop while it was written, or removed), --resume restarts an
+    unfinished run from its first epoch (``restarts``); an ended one (its best/ has the run's card)
+    is continued from its model with --init-from instead."""
     finished = [name for name in ("best", "last") if (out / name).exists()]
     if finished and not resume:
         raise UserError(f"{out} already holds a training run ({' and '.join(finished)}/); fix: pass --resume "
                         f"to continue it, or choose another --output-dir")
-    if resume and finished and not (out / "last" / "trainer_state.pt").exists():
-        raise UserError(f"{out} holds best/ but no last/ to resume from, and training again would replace "
-                        f"best/; fix: choose another --output-dir, or remove {out / 'best'} to train this folder again")
+    if resume and restarts(out) and run_ended(out / "best"):
+        raise UserError(f"{out} holds an ended run and no last/ to continue it from; fix: train on from its model "
+                        f"with --init-from {out / 'best'} --output-dir NEW_FOLDER")
+
+
+def restarts(out: Path) -> bool:
+    """Whether a --resume of ``out`` starts again from the first epoch: it holds best/ but no
+    last/ with the trainer's state."""
+    return (out / "best").exists() and not (out / "last" / "trainer_state.pt").exists()
+
+
+def trained_epochs(out: Path) -> int:
+    """The last epoch the run's log records (0 when none)."""
+    return max((h.get("epoch", 0) for h in read_jsonl(out / "log.jsonl")), default=0)
+
+
+def damaged_last(out: Path, why: str) -> UserError:
+    """The error for a last/ that cannot be read back (``why``), with the fix that continues the run."""
+    if run_ended(out / "best"):
+        fix = f"train on from its model with --init-from {out / 'best'} --output-dir NEW_FOLDER"
+    else:
+        fix = (f"remove {out / 'last'} and rerun with --resume, which restarts the run from its first epoch "
+               f"(best/ stays until a better epoch replaces it)")
+    return UserError(f"cannot resume from {out / 'last'}: {why}; fix: {fix}")
 
 
 def earlier_run(folder: Path) -> bool:
@@ -66,7 +90,7 @@ def record_run(config: TrainConfig, datasets: list, indexes: list[Path], resume:
         if changed:
             raise UserError(f"--resume with settings that differ from the saved run ({', '.join(changed)}); "
                             f"fix: rerun with the same settings or a new --output-dir")
-    trained = max((h.get("epoch", 0) for h in read_jsonl(out / "log.jsonl")), default=0) if resume else 0
+    trained = trained_epochs(out) if resume else 0
     if trained > config.epochs:
         raise UserError(f"--resume with --epochs {config.epochs}, but the saved run has trained {trained}; "
                         f"fix: pass --epochs {trained} or more")

@@ -132,6 +132,11 @@ class TorchBM25:
                                     disable=desc is None):
             self._rows[doc] = self._row(self.reader.terms(doc), length)
 
+    def row(self, doc: int) -> tuple[np.ndarray, np.ndarray]:
+        """One document's f(d) row: its term columns and their values (read first if need be)."""
+        self.prefetch([doc])
+        return self._rows[doc]
+
     def held_out_row(self, doc: int, removed: Mapping[str, int]) -> int:
         """A row for document ``doc`` with ``removed`` term counts taken out of it, and its length
         shortened by as many terms (its norm byte re-encoded as Lucene would): the positive of a

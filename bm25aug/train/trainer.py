@@ -25,6 +25,7 @@ from bm25aug.eval.metrics import per_query
 from bm25aug.interrupts import deferred, stop_point
 from bm25aug.io import atomic_dir, check_outputs, claim_folder, refuse_foreign, write_jsonl
 from bm25aug.model.augmenter import CONFIG_NAME, QueryAugmenter
+from bm25aug.model.loading import is_static
 from bm25aug.model.encoder import encode_queries
 from bm25aug.model.tokenization import vocab_hash
 from bm25aug.progress import progress
@@ -34,7 +35,9 @@ from bm25aug.train.arguments import DEVICES, TrainConfig
 from bm25aug.train.callbacks import TrainerCallback, default_callbacks
 from bm25aug.train.corpora import TrainingCorpus, epoch_batches, load_corpus, run_name, steps_per_epoch, write_dev_split
 from bm25aug.train.examples import Example
-from bm25aug.train.run_folder import RUN_MARKER, earlier_run, read_jsonl, record_run, refuse_finished
+from bm25aug.train.models import batch_boosts, fit_static_table, last_model, new_model, to_device, trained
+from bm25aug.train.run_folder import (RUN_MARKER, damaged_last, earlier_run, read_jsonl, record_run,
+                                      refuse_finished, restarts)
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +66,14 @@ class Trainer:
         check_outputs({"--output-dir": self.out}, inputs, folders=("--output-dir",))
         refuse_foreign(self.out, RUN_MARKER, "--output-dir", earlier_run)  # before a minute of loading
         refuse_finished(self.out, resume)
-        self.teacher = self._teacher()
+        self.teacher = trained(config.teacher, "--teacher", config, self.name).eval() if config.teacher else None
         _seed_everything(config.seed)
         self.device = resolve_device(config.device)
         fresh = not (resume and (self.out / "last" / "trainer_state.pt").exists())
-        self.model = self._new_model() if fresh else QueryAugmenter.from_pretrained(self.out / "last").train()
+        if resume and restarts(self.out):
+            log.info("%s holds no last/ (a stop while it was written, or removed): the run restarts from its first "
+                     "epoch", self.out)
+        self.model = new_model(config, self.name) if fresh else last_model(self.out)
         self._lock = claim_folder(self.out, RUN_MARKER, "a training run", "--output-dir", earlier_run)
         try:
             refuse_finished(self.out, resume)  # again: another run may have finished here while this one loaded
@@ -77,18 +83,6 @@ class Trainer:
         except BaseException:
             self._lock.release()
             raise
-
-    def _new_model(self) -> QueryAugmenter:
-        """A model on the pretrained encoder (or ``--init-from``'s trained one); a layer count the
-        encoder lacks stops here, before the output folder is written."""
-        c = self.config
-        if c.init_from:  # its model settings (TrainConfig refuses any set here) come with it
-            return self._trained(c.init_from, "--init-from").train()
-        return QueryAugmenter.from_encoder(
-            c.encoder, c.encoder_layers, use_weights=c.use_weights, use_augmentation=c.use_augmentation,
-            max_query_length=c.max_query_length, target=c.target, weight_floor=c.weight_floor,
-            aug_threshold=c.aug_threshold, aug_layer=c.aug_layer, aug_init=c.aug_init,
-            feedback_terms=c.feedback_terms, **({"pooling": c.pooling} if c.pooling else {}))
 
     def _prepare(self, datasets: list[Dataset], indexes: list[Path], fresh: bool) -> None:
         """Corpora (indexes, losses, examples) and optimizer, once the output folder is claimed."""
@@ -104,6 +98,8 @@ class Trainer:
                             f"the two read one input, so fix: pass a teacher with the same --feedback-terms")
         self.corpora: list[TrainingCorpus] = [load_corpus(config, d, i, self.model, self.out, n)
                                               for n, (d, i) in enumerate(zip(datasets, indexes))]
+        if fresh and not config.init_from and is_static(self.model):
+            fit_static_table(self.model, self.corpora, self.teacher, config.expansion_terms)
         wp_hash = next((c.searcher.meta.vocab_hash for c in self.corpora if c.searcher.meta.vocab_hash), None)
         self.model.config.vocab_hash = wp_hash or self.model.config.vocab_hash
         for module in (self.model, self.teacher, *(c.loss for c in self.corpora)):
@@ -118,15 +114,17 @@ class Trainer:
         for c in self.corpora:
             c.bm25.prefetch([r for e in c.examples for r in (*e.positives, *e.negatives)],
                             desc=f"read document terms ({c.name})")
-        self.steps_per_epoch = steps_per_epoch(self.corpora, config.batch_size)
+        self.steps_per_epoch = steps_per_epoch(self.corpora, config.batch_size, config.epoch_steps)
         self.optimizer, self.scheduler = self._optimizer()
 
     def _optimizer(self):
         c = self.config
-        heads = [*self.model.aug_head.parameters(), *self.model.weight_head.parameters()]
-        encoder = list(self.model.encoder.parameters())
-        opt = torch.optim.AdamW([{"params": encoder, "lr": c.lr}, {"params": heads, "lr": c.head_lr}],
-                                weight_decay=c.weight_decay)
+        if is_static(self.model):  # a table: one parameter per term or entry
+            groups = [{"params": list(self.model.parameters()), "lr": c.table_lr}]
+        else:
+            heads = [*self.model.aug_head.parameters(), *self.model.weight_head.parameters()]
+            groups = [{"params": list(self.model.encoder.parameters()), "lr": c.lr}, {"params": heads, "lr": c.head_lr}]
+        opt = torch.optim.AdamW(groups, weight_decay=c.weight_decay)
         total = self.steps_per_epoch * c.epochs
         warmup = int(total * c.warmup_ratio)
 
@@ -182,7 +180,7 @@ class Trainer:
         """One pass over the examples in a seeded order; the sums of the loss parts."""
         c = self.config
         rng = random.Random(c.seed * 1000 + epoch)
-        batches = epoch_batches(self.corpora, c.batch_size, c.corpus_temperature, rng)
+        batches = epoch_batches(self.corpora, c.batch_size, c.corpus_temperature, rng, c.epoch_steps)
         self.model.train()
         bar = progress(batches, desc=f"epoch {epoch + 1}/{c.epochs}", unit="step")
         sums: dict[str, float] = {}
@@ -220,11 +218,16 @@ class Trainer:
         mask = torch.tensor([[j != i and r in corpus.qrels_rows[e.qid] for j, r in enumerate(rows)]
                              for i, e in enumerate(batch)])
         qb = self.target.batch([e.query for e in batch], [e.feedback for e in batch])
-        ids, attention = self.inputs(qb)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda"):  # BM25 stays float32
-            out = self.model(ids, attention)
-        w, a = out.token_weights.float(), out.augmentation.float()
-        parts = self.compute_loss(corpus, qb, w, a, rows, mask.to(self.device), self._relevant(corpus, batch))
+        mask, relevant = mask.to(self.device), self._relevant(corpus, batch)
+        if is_static(self.model):
+            boosts, a = self.model.column_boosts(qb.terms, corpus.cmap)
+            parts = self.score_loss(corpus, qb, boosts, a, rows, mask, relevant)
+        else:
+            ids, attention = self.inputs(qb)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda"):  # BM25 stays float32
+                out = self.model(ids, attention)
+            w, a = out.token_weights.float(), out.augmentation.float()
+            parts = self.compute_loss(corpus, qb, w, a, rows, mask, relevant)
         self.optimizer.zero_grad(set_to_none=True)
         parts["loss"].backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
@@ -236,7 +239,7 @@ class Trainer:
 
     def inputs(self, qb) -> tuple[torch.Tensor, torch.Tensor]:
         """A query batch's token ids and attention mask on the training device (the encoder's input)."""
-        return tuple(_to(torch.from_numpy(x), self.device) for x in (qb.input_ids, qb.attention_mask))
+        return tuple(to_device(torch.from_numpy(x), self.device) for x in (qb.input_ids, qb.attention_mask))
 
     def served_weights(self) -> contextlib.ExitStack:
         """A context in which the model holds the weights that dev checks and best/ see."""
@@ -247,27 +250,17 @@ class Trainer:
 
     def compute_loss(self, corpus: TrainingCorpus, qb, w: torch.Tensor, a: torch.Tensor, rows: list[int],
                      mask: torch.Tensor, relevant: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """The loss of one batch of ``corpus`` (query i's positive is document i): the public hook
-        for research code (``research/hybrid_probe.py`` scores two fields)."""
-        scores = corpus.bm25.score(self.target.boosts(qb, w, a, corpus.cmap), rows)
+        """The loss of one batch of ``corpus`` (query i's positive is document i) from the
+        contextual model's w and a: the public hook for research code (``research/hybrid_probe.py``
+        scores two fields)."""
+        return self.score_loss(corpus, qb, self.target.boosts(qb, w, a, corpus.cmap), a, rows, mask, relevant)
+
+    def score_loss(self, corpus: TrainingCorpus, qb, boosts: torch.Tensor, a: torch.Tensor, rows: list[int],
+                   mask: torch.Tensor, relevant: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """The loss of a batch's boosts over the index's columns (either query side)."""
+        scores = corpus.bm25.score(boosts, rows)
         return corpus.loss(a, scores, torch.arange(len(qb.terms), device=self.device), mask, relevant,
                            self.teacher_scores(corpus, qb, rows))
-
-    def _teacher(self) -> QueryAugmenter | None:
-        """The ``--teacher`` model (on the CPU until the model moves), checked for its target."""
-        if not self.config.teacher:
-            return None
-        return self._trained(self.config.teacher, "--teacher").eval()
-
-    def _trained(self, path: str, option: str) -> QueryAugmenter:
-        """A trained model named by ``option``, checked to serve this run's target."""
-        from bm25aug.eval.evaluate import resolve_checkpoint
-
-        model = QueryAugmenter.from_pretrained(resolve_checkpoint(path, self.name, False))
-        if model.config.target != self.config.target:
-            raise UserError(f"{option} {path} serves {model.config.target} indexes, this model {self.config.target} "
-                            f"ones; fix: pass a model trained with --target {self.config.target}")
-        return model
 
     @torch.no_grad()
     def teacher_scores(self, corpus: TrainingCorpus, qb, rows: list[int]) -> torch.Tensor | None:
@@ -275,9 +268,7 @@ class Trainer:
         None without ``--teacher``. The public hook for another teacher (``research/dense_teacher.py``)."""
         if self.teacher is None:
             return None
-        out = self.teacher(*self.inputs(qb))
-        boosts = self.teacher.target.boosts(qb, out.token_weights.float(), out.augmentation.float(), corpus.cmap)
-        return corpus.bm25.score(boosts, rows)
+        return corpus.bm25.score(batch_boosts(self.teacher, qb, corpus, self.device)[0], rows)
 
     def _relevant(self, corpus: TrainingCorpus, batch: list[Example]) -> torch.Tensor | None:
         """Queries x vocabulary: whether an a(q) entry reaches a term of one of the query's judged-
@@ -288,7 +279,8 @@ class Trainer:
         docs = corpus.bm25.doc_matrix([r for rs in rows for r in rs]).to_dense()
         owner = torch.repeat_interleave(torch.arange(len(rows)), torch.tensor([len(rs) for rs in rows]))
         found = torch.zeros(len(rows), docs.shape[1]).index_add_(0, owner, docs)
-        return corpus.cmap.pull(found.to(self.device)) > 0
+        found = found.to(self.device)
+        return (found if is_static(self.model) else corpus.cmap.pull(found)) > 0  # static: a(q) is over columns
 
     # ------------------------------------------------------------------------------------- dev
     @torch.no_grad()
@@ -342,8 +334,7 @@ class Trainer:
         try:
             saved = torch.load(path, weights_only=False, map_location=self.device)
         except (RuntimeError, OSError, EOFError, ValueError, pickle.UnpicklingError) as e:
-            raise UserError(f"{path} is damaged ({type(e).__name__}); fix: restore last/ from a copy, or rerun "
-                            f"without --resume into a new --output-dir") from None
+            raise damaged_last(self.out, f"{path.name} is damaged ({type(e).__name__})") from None
         self.optimizer.load_state_dict(saved["optimizer"])
         self.scheduler.load_state_dict(saved["scheduler"])
         torch.set_rng_state(saved["torch_rng"])
@@ -353,11 +344,6 @@ class Trainer:
                 cb.load_state_dict(states[type(cb).__name__])
         log.info("resuming %s after epoch %d", self.out, saved["state"]["epoch"])
         return saved["state"]
-
-
-def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A batch tensor on ``device``: through pinned memory, asynchronously, for CUDA."""
-    return tensor.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else tensor
 
 
 def _fresh_state() -> dict:

@@ -1,0 +1,34 @@
+"""One way to load any model folder, whatever its query side: ``load_model(path)``.
+
+A folder's ``bm25aug_config.json`` says which model it holds (``query_side``): the contextual
+``QueryAugmenter`` (an encoder reads the query) or the ``StaticQueryModel`` (a learned table, no
+encoder at query time). Training, the callbacks and the search runtimes load through here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bm25aug.errors import UserError
+from bm25aug.model.config import CONFIG_NAME, AugmenterConfig
+
+
+def load_model(path: str | Path):
+    """The model in ``path``: a ``QueryAugmenter`` or a ``StaticQueryModel``, in eval mode."""
+    path = Path(path)
+    if not (path / CONFIG_NAME).exists():
+        raise UserError(f"{path} is not a bm25aug checkpoint (no {CONFIG_NAME}); fix: pass the directory written "
+                        f"by `python train.py` (e.g. checkpoints/<dataset>/best)")
+    if AugmenterConfig.load(path).query_side == "static":
+        from bm25aug.model.static import StaticQueryModel
+
+        return StaticQueryModel.from_pretrained(path)
+    from bm25aug.model.augmenter import QueryAugmenter
+
+    return QueryAugmenter.from_pretrained(path)
+
+
+def is_static(model) -> bool:
+    """Whether ``model`` (or its config) is the static query side."""
+    config = getattr(model, "config", model)
+    return getattr(config, "query_side", "contextual") == "static"
