@@ -31,7 +31,7 @@ import numpy as np
 
 from bm25aug.data.registry import load_dataset
 from bm25aug.errors import UserError
-from bm25aug.eval.evaluate import resolve_checkpoint
+from bm25aug.eval.checkpoints import resolve_checkpoint
 from bm25aug.model.onnx_encoder import load_encoder
 from bm25aug.lucene.index import ensure_index
 from bm25aug.io import write_json
@@ -74,6 +74,11 @@ def bm25s_peer(dataset_name: str, split: str | None, k: int) -> dict | None:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _runtime(encoder) -> str:
+    """How a compared model encodes: the int8 ONNX graph, or the static table's lookups."""
+    return "static table" if getattr(encoder.config, "query_side", "contextual") == "static" else "onnx int8"
+
+
 def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare: list[Path] = (),
         with_peer: bool = True) -> dict:
     import torch
@@ -99,11 +104,13 @@ def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare:
     }
     batch = {name: s for name, s in (("bm25-flat", flat), ("bm25-wp", wp), ("augmented", augmented))}
     labels = {c: c.parent.name if c.name == "best" else c.name for c in compare}
+    kinds = {}
     for other_path, label in labels.items():
         other = load_encoder(other_path, "onnx-int8")
+        kinds[other_path] = _runtime(other)
         other_search = AugmentedSearcher(other, flat if other.config.target == "flat" else wp)
         paths[f"augmented ({label})"] = (lambda q, s=other_search: s.search_arrays(q, k), queries)
-        paths[f"encode (onnx int8, {label})"] = (lambda q, m=other: m.encode(q), queries)
+        paths[f"encode ({kinds[other_path]}, {label})"] = (lambda q, m=other: m.encode(q), queries)
         batch[f"augmented ({label})"] = other_search
     rows = interleaved_latencies(paths)
     rates = {(name, t): qps(lambda q, n, s=s: s.batch_search_arrays(q, k, threads=n), queries, t)
@@ -142,7 +149,7 @@ def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare:
         **{f"qps_{name.replace('-', '_')}_{t}t": rate for (name, t), rate in rates.items() if "(" not in name},
         **({f"bm25s_{key}": peer[key] for key in ("qps_1t", "qps_2t", "build_s", "peak_rss_mb", "p50_ms")} if peer else {}),
         "compare": [{"checkpoint": str(c), "augmented_p50_ms": p50[f"augmented ({label})"],
-                     "encode_p50_ms": p50[f"encode (onnx int8, {label})"],
+                     "encode_p50_ms": p50[f"encode ({kinds[c]}, {label})"], "encoder": kinds[c],
                      **{f"qps_augmented_{t}t": rates[(f"augmented ({label})", t)] for t in (1, 2)}}
                     for c, label in labels.items()],
     }

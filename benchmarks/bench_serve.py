@@ -305,7 +305,7 @@ def untrained_model(folder: Path) -> Path:
 def run(dataset_name: str, checkpoint_arg: str | None, split: str | None, hits: int, threads: int, requests: int,
         levels: list[int], hardened: dict | None) -> dict:
     from bm25aug.data.registry import load_dataset
-    from bm25aug.eval.evaluate import resolve_checkpoint
+    from bm25aug.eval.checkpoints import resolve_checkpoint
     from bm25aug.lucene.index import ensure_index
 
     dataset = load_dataset(dataset_name)

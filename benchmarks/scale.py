@@ -239,7 +239,7 @@ def main() -> None:
     if args.record and not full:
         p.error("--record writes the Scale table, which needs every step; fix: drop --steps")
     from bm25aug.errors import UserError
-    from bm25aug.eval.evaluate import resolve_checkpoint
+    from bm25aug.eval.checkpoints import resolve_checkpoint
 
     try:
         args.checkpoint = resolve_checkpoint(args.checkpoint, "scifact", False)

@@ -34,7 +34,7 @@ from timing import qps
 
 from bm25aug.data.registry import load_dataset
 from bm25aug.errors import UserError
-from bm25aug.eval.evaluate import resolve_checkpoint
+from bm25aug.eval.checkpoints import resolve_checkpoint
 from bm25aug.io import write_json
 from bm25aug.lucene.index import ensure_index
 from bm25aug.reproduce.tables import two_core_table

@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 
-from bm25aug.errors import UserError, os_error_message
+from bm25aug.errors import UserError, os_error_message, silence_stdout, stdout_gone
 from bm25aug.limits import RUNTIMES
 from bm25aug.lucene.reader import B, K1
 
@@ -89,6 +89,9 @@ def _eval_parser(sub) -> None:
     p.add_argument("--index", help="search this Lucene index with --method (a stock Pyserini/Anserini index too: "
                                    "flat as it is, wp with --tokenizer) instead of the dataset's own")
     p.add_argument("--tokenizer", help="the WordPiece tokenizer a stock wp --index was built with (e.g. bert-base-uncased)")
+    p.add_argument("--fields", nargs="+", metavar="FIELD=WEIGHT",
+                   help="a multifield index's field weights, as Pyserini's --fields (e.g. contents=1.0 title=0.25; "
+                        "default: Pyserini's 1 and 1 for BM25, contents 1 and title 0.25 for a model)")
     p.add_argument("--remove-query", action=argparse.BooleanOptionalAction, default=None,
                    help="drop hits whose docid is the query id before scoring, as Pyserini's BEIR regressions "
                         "(default: on for arguana and quora, off elsewhere)")
@@ -194,8 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # `| head` closed the pipe: stop quietly, as Unix tools do
-        _silence_stdout()
+    except BrokenPipeError as e:
+        if not stdout_gone():  # another pipe (a worker process's): an error like any other
+            print(f"error: {os_error_message(e)}", file=sys.stderr)
+            return 2
+        silence_stdout()  # `| head` closed our output: stop quietly, as Unix tools do
         return 141  # 128 + SIGPIPE, what a shell reports for a tool its pipe stopped
     except OSError as e:  # e.g. a disk that fills up while writing
         print(f"error: {os_error_message(e)}", file=sys.stderr)
@@ -209,14 +215,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"interrupted; temporaries removed; {again}", file=sys.stderr)
         return 130
     return 0
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null, so the interpreter's own flush at exit finds no broken pipe to report."""
-    try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
 
 
 if __name__ == "__main__":

@@ -1,4 +1,10 @@
-"""User-facing errors: one line naming the problem and the fix, printed without a traceback."""
+"""User-facing errors: one line naming the problem and the fix, printed without a traceback, and how
+the command line ends on an error of the system (a full disk, a reader that closed the pipe)."""
+
+import errno
+import os
+import select
+import sys
 
 
 class UserError(Exception):
@@ -8,8 +14,6 @@ class UserError(Exception):
 def os_error_message(e: OSError) -> str:
     """An ``OSError`` that reached the command line as one line: what failed, on which file when
     the system names one, and the fix that fits its cause."""
-    import errno
-
     fixes = {errno.ENOSPC: "free space on that disk, or write somewhere else",
              errno.EDQUOT: "free space within your quota, or write somewhere else",
              errno.ENOENT: "check the path: no such file or folder",
@@ -21,3 +25,21 @@ def os_error_message(e: OSError) -> str:
              errno.EMFILE: "raise the open-file limit (ulimit -n) or close other programs"}
     where = f" ({e.filename})" if e.filename else ""
     return f"{e.strerror or e}{where}; fix: {fixes.get(e.errno, 'check that path: free space, permissions')}"
+
+
+def stdout_gone() -> bool:
+    """Whether standard output is a pipe whose reader has closed it (poll reports an error on it)."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's own flush at exit finds no broken pipe to report."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

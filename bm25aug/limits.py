@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from bm25aug.errors import UserError
 
 JAVA_INT_MAX = 2**31 - 1
+MAX_CLAUSES = 1 << 16  # Lucene's clause limit as the JVM is set up (bm25aug.lucene.jvm); its default is 1,024
 # Analyzed, a query of at most this many characters has at most as many distinct terms; with
 # the most terms a model adds (a few thousand), that stays below the clause limit the JVM is set
-# to (bm25aug.lucene.jvm: 65,536), past which Lucene raises TooManyClauses.
+# to (MAX_CLAUSES), past which Lucene raises TooManyClauses.
 MAX_QUERY_CHARS = 50_000
 # The query encoder's runtimes (bm25aug.model.onnx_encoder), here so that options can be checked without torch.
 RUNTIMES = ("onnx-int8", "torch-int8", "torch-fp32")

@@ -24,7 +24,7 @@ import numpy as np
 
 from bm25aug.data.registry import load_dataset
 from bm25aug.errors import UserError
-from bm25aug.eval.evaluate import resolve_checkpoint
+from bm25aug.eval.checkpoints import resolve_checkpoint
 from bm25aug.model.onnx_encoder import load_encoder, onnx_session
 
 

@@ -1,6 +1,6 @@
 """Where a training step's time goes: the parts of ``Trainer.training_step`` timed over N steps.
 
-    python research/profile_training.py --dataset nfcorpus squad --recipe general --steps 40
+    python research/profile_training.py --dataset nfcorpus squad --recipe general --steps 40 [--json-out F]
 
 It sets a run up as ``train.py`` does (into a scratch folder), then times each part of N steps
 (query batch: tokenization and Lucene analysis; the encoder's forward pass; boosts; the documents'
@@ -29,7 +29,9 @@ def main() -> None:
     p.add_argument("--recipe")
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    args, rest = p.parse_known_args()
+    p.add_argument("--query-side", default="contextual", choices=("contextual", "static"))
+    p.add_argument("--json-out", help="write the shares as JSON (docs/data/profile_training.json feeds docs/training.md)")
+    args = p.parse_args()
 
     import torch
 
@@ -48,7 +50,8 @@ def main() -> None:
         from bm25aug import recipes
 
         settings = recipes.settings(args.recipe) if args.recipe else {}
-        config = TrainConfig(dataset="+".join(args.dataset), output_dir=str(scratch / "run"), **settings)
+        config = TrainConfig(dataset="+".join(args.dataset), output_dir=str(scratch / "run"), query_side=args.query_side,
+                             **settings)
         datasets = [load_dataset(d) for d in args.dataset]
         indexes = [ensure_index(d, config.target) for d in datasets]
         trainer = Trainer(config, datasets, indexes)
@@ -72,7 +75,10 @@ def main() -> None:
         wrap(trainer.target, "batch", "query batch (tokenize, analyze)")
         wrap(trainer.target, "boosts", "boosts (w, a -> index columns)")
         wrap(TorchBM25, "doc_matrix", "document rows (sparse f(d))")
-        wrap(trainer.model, "forward", "encoder forward")
+        if args.query_side == "contextual":
+            wrap(trainer.model, "forward", "encoder forward")
+        else:
+            wrap(trainer.model, "column_boosts", "boosts (w, a -> index columns)")
         wrap(trainer, "batch_rows", "draw documents")
         for c in trainer.corpora:
             wrap(c, "loss", "loss")
@@ -100,13 +106,23 @@ def main() -> None:
               f"{config.random_negatives} random negatives), torch threads {torch.get_num_threads()}")
         for name, s in sorted(spent.items(), key=lambda kv: -kv[1]):
             print(f"  {name:<36} {s / steps * 1000:7.1f} ms  {s / total:6.1%}")
-        other = total - sum(spent.values())
+        other = total - sum(v for k, v in spent.items() if k != "dev")
         print(f"  {'(rest: masks, sums, scheduler)':<36} {max(other, 0) / steps * 1000:7.1f} ms")
         with timed("dev"):
             trainer.evaluate_dev()
         dev_queries = sum(len(c.dev.queries) for c in trainer.corpora)
         print(f"one dev evaluation: {spent['dev']:.1f} s ({dev_queries} queries), "
               f"= {spent['dev'] / (total / steps):.0f} steps")
+        if args.json_out:
+            from bm25aug.io import write_json
+
+            parts = {name: s / steps * 1000 for name, s in spent.items() if name != "dev"}
+            write_json(args.json_out, {
+                "command": " ".join(["python", *sys.argv]), "steps": steps, "ms_a_step": total / steps * 1000,
+                "batch_size": config.batch_size, "random_negatives": config.random_negatives,
+                "torch_threads": torch.get_num_threads(), "parts_ms": parts,
+                "rest_ms": max(total - sum(v for k, v in spent.items() if k != "dev"), 0) / steps * 1000,
+                "dev_s": spent["dev"], "dev_queries": dev_queries, "query_side": args.query_side})
         trainer._lock.release()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

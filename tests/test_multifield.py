@@ -298,3 +298,23 @@ def test_scifact_bm25_multifield_is_pyserinis_2cr_number_hit_for_hit(scifact, tm
     metrics = evaluate(EvalConfig(dataset="scifact", method="bm25-multifield", companions=False)).metrics
     assert round(metrics["bm25-multifield"]["ndcg@10"], 4) == 0.6647
     assert round(metrics["bm25-multifield"]["recall@100"], 4) == 0.9076
+
+
+def test_exported_term_lists_searched_with_terms_on_multifield_rank_as_the_model(tiny_multifield, flat_model, tmp_path):
+    """``bm25aug search --terms`` on a multifield index weighs the fields as AugmentedSearcher does."""
+    from bm25aug.cli import main
+    from bm25aug.search.augmented import AugmentedSearcher
+    from bm25aug.search.trec import read_trec_run
+
+    ds, index, _ = tiny_multifield
+    flat_model.save_pretrained(tmp_path / "model")
+    searcher = AugmentedSearcher.from_pretrained(tmp_path / "model", index)
+    queries = ds.split("test").queries
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps({"id": q, "vector": searcher.term_list(t)}) + "\n"
+                                              for q, t in queries.items()))
+    assert main(["search", "--index", str(index), "--terms", str(tmp_path / "q.jsonl"), "--k", "5",
+                 "--output", str(tmp_path / "run.trec")]) == 0
+    run = read_trec_run(tmp_path / "run.trec")
+    for qid, q in queries.items():
+        assert [(h.docid, round(h.score, 4)) for h in run[qid]] == \
+            [(h.docid, round(h.score, 4)) for h in searcher.search(q, k=5)]

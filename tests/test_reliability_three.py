@@ -70,7 +70,7 @@ def test_search_output_never_overwrites_a_file_the_model_links_to(offline_model,
 
 
 def test_a_folder_an_input_links_to_is_an_input_folder(tmp_path):
-    from bm25aug.io import check_outputs
+    from bm25aug.outputs import check_outputs
 
     elsewhere = tmp_path / "elsewhere"
     (elsewhere / "qrels").mkdir(parents=True)
@@ -307,3 +307,20 @@ def test_an_id_with_a_nul_never_names_another_document(tmp_path):
     (root / "corpus.jsonl").write_text('{"_id": "d1\\u0000", "title": "", "text": "cats"}\n')
     with pytest.raises(UserError, match="control character"):
         Corpus(root / "corpus.jsonl", "beir")
+
+
+def test_an_ended_run_without_last_is_continued_as_its_error_says(tmp_path, capsys):
+    from bm25aug.cli import main
+
+    root, run = write_beir(tmp_path / "tiny"), tmp_path / "run"
+    args = _train_args(root, run, "--epochs", "1", "--significance", "0")
+    assert main(args) == 0
+    shutil.rmtree(run / "last")  # to save disk, say
+    capsys.readouterr()
+    assert main([*args, "--epochs", "2", "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert f"--init-from {run / 'best'} --output-dir NEW_FOLDER" in err, err
+    # the advice, followed (the model's own settings come with it, so none is repeated)
+    assert main(["train", "--dataset", str(root), "--index-root", str(root.parent / "idx"), "--batch-size", "4",
+                 "--dev-size", "2", "--negative-depth", "3", "--threads", "1", "--epochs", "1", "--significance", "0",
+                 "--init-from", str(run / "best"), "--output-dir", str(tmp_path / "next")]) == 0

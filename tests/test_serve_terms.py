@@ -146,3 +146,67 @@ def test_a_chunked_body_over_the_limit_is_a_413(service):
 
     response = asyncio.run(run())
     assert response.status_code == 413 and "limit of 4,096" in response.json()["error"]
+
+
+@pytest.mark.parametrize("terms, hits", [({"cell": "1.5"}, 10), ({"cell": True}, 10), ({"cell": 1.0}, "10"),
+                                         ({"cell": 1.0}, True)])
+def test_mcp_search_terms_refuses_the_types_rest_refuses(service, terms, hits):
+    """pydantic's lax mode turned "1.5" and true into numbers for MCP, where REST answers 400."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from bm25aug.serve.mcp_tools import create_mcp
+
+    assert post(service, "/v1/s/search", [{"terms": terms, "hits": hits}])[0].status_code == 400
+    with pytest.raises(ToolError) as refused:
+        asyncio.run(create_mcp(service).call_tool("search_terms", {"index": "s", "terms": terms, "hits": hits}))
+    assert "\n" not in str(refused.value) and "fix:" in str(refused.value), refused.value
+    answer = asyncio.run(create_mcp(service).call_tool("search_terms", {"index": "s", "terms": {"cell": 2}, "hits": 3}))
+    assert len(json.loads(answer.content[0].text)["candidates"]) == 3  # a whole number is a weight, as in REST
+
+
+# "felines" and "astronomy" are only in titles of the tiny corpus; "cats" in a title and in texts.
+MULTIFIELD_QUERIES = ["felines", "astronomy telescope", "big cats lions", "cat on a mat", "weather rain"]
+
+
+@pytest.fixture(scope="module")
+def multifield(tmp_path_factory, flat_model):
+    """A tiny multifield index served with an untrained flat model."""
+    from bm25aug.data.registry import load_dataset
+    from bm25aug.lucene.index import ensure_index
+    from bm25aug.serve.service import SearchService
+    from conftest import write_beir
+
+    root = tmp_path_factory.mktemp("serve_mf")
+    index = ensure_index(load_dataset(str(write_beir(root / "tiny"))), "multifield", root / "indexes")
+    flat_model.save_pretrained(root / "model")
+    service = SearchService(ServeConfig(indexes=[IndexSpec("m", str(index), str(root / "model"))], workers=1,
+                                        runtime="torch-fp32"))
+    yield service
+    service.close()
+
+
+def test_augment_terms_posted_back_rank_as_augmented_on_multifield(multifield):
+    """A weighted term list is the query side's output: on a multifield index it is searched with
+    the field weights of ``method=augmented`` (contents 1, title 0.25), not plain BM25's 1 and 1,
+    alone and micro-batched, and ``query.text`` is the field-weighted query searched."""
+    from bm25aug.search.augmented import AUGMENTED_FIELD_WEIGHTS
+
+    lists = [asyncio.run(multifield.augment("m", q))["terms"] for q in MULTIFIELD_QUERIES]
+    augmented = [hits_of(asyncio.run(multifield.search("m", q, 5, "augmented"))) for q in MULTIFIELD_QUERIES]
+    plain = [hits_of(asyncio.run(multifield.search("m", q, 5, "bm25"))) for q in MULTIFIELD_QUERIES]
+    assert augmented[0] and augmented != plain  # the title weight matters on these queries
+    for terms, expected in zip(lists, augmented):
+        body = post(multifield, "/v1/m/search", [{"terms": terms, "hits": 5}])[0].json()
+        assert hits_of(body) == expected, terms
+        text = body["query"]["text"]
+        assert text == multifield.backends["m"].bm25.index.weighted_text(terms, AUGMENTED_FIELD_WEIGHTS)
+        assert text.startswith("(contents:") and "(title:" in text and text.endswith(")^0.25"), text
+    batcher, release, sizes = multifield.backends["m"].batchers["terms"], threading.Event(), []
+    search = batcher.search
+    batcher.search = lambda lists, k: (sizes.append(len(lists)), release.wait(30), search(lists, k))[2]
+    threading.Timer(1.0, release.set).start()
+    try:
+        responses = post(multifield, "/v1/m/search", [{"terms": t, "hits": 5} for t in lists * 3])
+    finally:
+        batcher.search = search
+    assert [hits_of(r.json()) for r in responses] == augmented * 3 and max(sizes) > 1

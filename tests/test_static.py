@@ -150,3 +150,21 @@ def test_the_server_serves_a_static_model_as_the_searcher_does(tiny_wp, tmp_path
         assert [(c["docid"], c["score"]) for c in answer["candidates"]] == \
             [(h.docid, h.score) for h in searcher.search(q, k=5)]
         assert augmented["terms"] == searcher.term_list(q)
+
+
+def test_a_teacher_gives_the_static_table_its_candidates(tmp_path, flat_model):
+    """``--teacher``: the lists are the terms the teacher adds, and the teacher's scores are learned too."""
+    from bm25aug.cli import main
+
+    root = write_beir(tmp_path / "tiny")
+    flat_model.save_pretrained(tmp_path / "teacher")
+    teacher = load_model(tmp_path / "teacher")
+    assert main(["train", "--dataset", str(root), "--output-dir", str(tmp_path / "run"), "--index-root",
+                 str(tmp_path / "idx"), "--batch-size", "4", "--dev-size", "2", "--negative-depth", "3", "--threads",
+                 "1", "--epochs", "1", "--significance", "0", "--query-side", "static", "--teacher",
+                 str(tmp_path / "teacher")]) == 0
+    model = load_model(tmp_path / "run" / "best")
+    texts = [json.loads(line)["text"] for line in (root / "queries.jsonl").read_text().splitlines()]
+    taught = {u for terms in teacher.encode_batch(texts) for u in terms}
+    assert model.targets and set(model.targets) <= taught
+    assert "distill" in (tmp_path / "run" / "log.jsonl").read_text()

@@ -165,9 +165,13 @@ class Corpus(Mapping):
 
     def has(self, docids) -> np.ndarray:
         """Whether each of many ids is in the corpus, in one vectorized look-up."""
-        docids = list(docids)
-        # numpy's fixed-width strings drop trailing NULs ("4983\x00" would be "4983"), and no stored id holds one
-        clean = np.asarray([isinstance(d, str) and "\x00" not in d for d in docids], bool)
+        # numpy's fixed-width strings drop trailing NULs ("4983\x00" would be "4983"), and no stored id
+        # holds one; an id table already in such an array (an index's, the common caller) holds none
+        if isinstance(docids, np.ndarray) and docids.dtype.kind == "U":
+            clean = True
+        else:
+            docids = list(docids)
+            clean = np.asarray([isinstance(d, str) and "\x00" not in d for d in docids], bool)
         keys = np.char.encode(np.asarray(docids, dtype=str), "utf-8")
         if not len(keys) or not len(self._sorted_ids):
             return np.zeros(len(keys), bool)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from bm25aug.errors import UserError
 from bm25aug.eval.evaluate import EvalConfig, evaluate, format_table, inputs, score_run
-from bm25aug.io import check_outputs, write_json
+from bm25aug.io import write_json
+from bm25aug.outputs import check_outputs
 from bm25aug.search.trec import write_trec_run
 
 
@@ -20,7 +21,8 @@ def run(args) -> None:
                         transfer=bool(args.transfer), k=args.k, k1=args.k1, b=args.b, runtime=args.runtime,
                         index_root=args.index_root, data_dir=args.data_dir, threads=args.threads,
                         index=args.index, tokenizer=args.tokenizer, remove_query=args.remove_query,
-                        companions=args.companions, aug_gate=args.aug_gate, encode_batch_size=args.encode_batch_size)
+                        companions=args.companions, aug_gate=args.aug_gate, encode_batch_size=args.encode_batch_size,
+                        fields=parse_fields(getattr(args, "fields", None)))
     check_outputs({"--output": args.output, "--json-out": args.json_out}, inputs(config, args.run))
     if args.run:
         if args.output:
@@ -39,3 +41,19 @@ def run(args) -> None:
     finally:  # the metrics are written even when the run file cannot be
         if args.json_out:
             write_json(args.json_out, result.summary())
+
+
+def parse_fields(values: list[str] | None) -> dict[str, float] | None:
+    """``--fields contents=1.0 title=0.25`` as ``{field: weight}`` (checked where it is searched)."""
+    if not values:
+        return None
+    fields = {}
+    for value in values:
+        name, eq, weight = value.partition("=")
+        try:
+            fields[name] = float(weight) if eq else float("nan")
+        except ValueError:
+            fields[name] = float("nan")
+        if not eq or fields[name] != fields[name]:
+            raise UserError(f"--fields {value!r} is not FIELD=WEIGHT; fix: pass e.g. --fields contents=1.0 title=0.25")
+    return fields

@@ -24,14 +24,11 @@ from typing import Callable
 import numpy as np
 
 from bm25aug.errors import UserError
+from bm25aug.eval.checkpoints import CHECKPOINT_DEV, checkpoint_dev, resolve_checkpoint
 from bm25aug.lucene.reader import B, K1
 from bm25aug.limits import RUNTIMES, check_all, check_choice
 
 log = logging.getLogger(__name__)
-# Relative to the working directory unless set, like Pyserini's indexes/ and runs/.
-CHECKPOINT_ROOT = Path(os.environ.get("BM25AUG_CHECKPOINT_ROOT", "checkpoints"))
-# --split: the queries the checkpoint's training run held out as its dev set (its dev_split.json)
-CHECKPOINT_DEV = "checkpoint-dev"
 
 
 @dataclass
@@ -196,48 +193,6 @@ def index_flavor(method: Method, checkpoint: Path | None) -> str:
                             f"checkpoint, or use --method augmented")
         return method.flavor
     return AugmenterConfig.load(checkpoint).target
-
-
-def checkpoint_dev(dataset, checkpoint: Path | None):
-    """``--split checkpoint-dev``: the queries ``checkpoint``'s training run held out (``dev_split.json``
-    of its run folder: a seeded slice of train, or the dataset's dev split); never a test split."""
-    from bm25aug.data.layouts import Split
-
-    path = checkpoint.parent / "dev_split.json" if checkpoint else None
-    if path is None or not path.is_file():
-        raise UserError(f"--split {CHECKPOINT_DEV} is the dev queries a training run held out, and "
-                        f"{checkpoint or 'this method'} has no dev_split.json beside it; fix: pass --checkpoint with "
-                        f"the folder train.py wrote, or --split NAME")
-    qids = json.loads(path.read_text(encoding="utf-8"))["qids"]
-    qids = set(qids.get(dataset.name, []) if isinstance(qids, dict) else qids)  # several corpora: by name
-    source = dataset.split("dev" if "dev" in dataset.splits() else "train")
-    if not qids or not qids <= source.queries.keys():
-        raise UserError(f"{path} does not name dev queries of {dataset.name}; fix: pass the dataset the model was "
-                        f"trained on, or --split NAME")
-    return Split(*({q: v for q, v in part.items() if q in qids}
-                   for part in (source.queries, source.qrels, source.answers, source.negatives, source.absent)))
-
-
-def resolve_checkpoint(path: str | None, dataset_name: str, transfer: bool) -> Path:
-    """``--checkpoint`` (a model dir or a train.py output dir), else ``checkpoints/<source>/best``."""
-    from bm25aug.data.registry import REGISTRY
-    from bm25aug.model.augmenter import CONFIG_NAME
-
-    if path:
-        p = Path(path)
-        p = p / "best" if (p / "best").is_dir() else p
-        if not (p / CONFIG_NAME).exists():
-            raise UserError(f"{p} is not a bm25aug checkpoint (no {CONFIG_NAME}); fix: pass the directory "
-                            f"written by `python train.py` (e.g. checkpoints/<dataset>/best)")
-        return p
-    source = (REGISTRY[dataset_name].transfer_source if transfer and dataset_name in REGISTRY else dataset_name)
-    if source is None:
-        raise UserError(f"{dataset_name} has no default transfer source; fix: pass --checkpoint DIR")
-    default = CHECKPOINT_ROOT / source / "best"
-    if not default.is_dir():
-        raise UserError(f"no trained model at {default}; fix: run `python train.py --dataset {source}` "
-                        f"or pass --checkpoint DIR")
-    return default
 
 
 LATENCY_QUERIES = 100  # queries timed one at a time for p50/p95 (the run itself is one batch)

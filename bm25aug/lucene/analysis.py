@@ -76,7 +76,9 @@ def analyze(text: str) -> list[str]:
         return [terms.get(i) for i in range(terms.size())]
 
 
-CHUNK_CACHE = 1 << 20  # whitespace-separated chunks whose analysis is kept (a dict of short lists)
+# Whitespace-separated chunks whose analysis is kept, and the longest kept: words repeat, and a
+# server's clients cannot fill the cache with long junk (a longer chunk is analyzed each time).
+CHUNK_CACHE, CHUNK_CHARS = 1 << 18, 64
 _chunks: dict[str, tuple[str, ...]] = {}
 
 
@@ -89,9 +91,11 @@ def analyze_chunks(text: str) -> list[str]:
     for chunk in text.split():
         terms = _chunks.get(chunk)
         if terms is None:
-            if len(_chunks) >= CHUNK_CACHE:
-                _chunks.clear()
-            terms = _chunks[chunk] = tuple(analyze(chunk))
+            terms = tuple(analyze(chunk))
+            if len(chunk) <= CHUNK_CHARS:
+                if len(_chunks) >= CHUNK_CACHE:
+                    _chunks.clear()
+                _chunks[chunk] = terms
         out.extend(terms)
     return out
 

@@ -36,7 +36,8 @@ from bm25aug.data.registry import Dataset, load_dataset
 
 from bm25aug.errors import UserError
 from bm25aug.progress import progress
-from bm25aug.io import atomic_dir, check_outputs, clean_stale, digest, temp_sibling, write_json
+from bm25aug.io import atomic_dir, clean_stale, digest, temp_sibling, write_json
+from bm25aug.outputs import check_outputs
 from bm25aug.lucene.jvm import JNI_LOCK, interruptible, jclass
 from bm25aug.limits import check_choice
 from bm25aug.lucene.docids import DOCIDS_FILE, write_docids

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 from bm25aug.errors import UserError
+from bm25aug.limits import MAX_CLAUSES
 
 MIN_JAVA = 21
 _started = False
@@ -103,7 +104,7 @@ def _start_jvm() -> None:
     import jnius  # noqa: F401  (importing jnius starts the VM)
 
     # Augmented queries can have many clauses; Lucene's default cap is 1024.
-    jnius.autoclass("org.apache.lucene.search.IndexSearcher").setMaxClauseCount(1 << 16)
+    jnius.autoclass("org.apache.lucene.search.IndexSearcher").setMaxClauseCount(MAX_CLAUSES)
     # Lucene logs an INFO line through java.util.logging when it first maps an index; keep stderr for
     # errors. JUL holds loggers weakly, so keep a reference.
     global _lucene_logger

@@ -30,7 +30,7 @@ import numpy as np
 
 from bm25aug.errors import UserError
 from bm25aug.lucene.jvm import JNI_LOCK, anserini_jar, jclass, process_wide
-from bm25aug.limits import check
+from bm25aug.limits import MAX_CLAUSES, check
 from bm25aug.lucene.ranking import EMPTY, PAIRS, TopK, anserini_top
 # The id table lives in bm25aug.lucene.docids; its names are re-exported here for the callers that read them.
 from bm25aug.lucene.docids import DOCIDS_FILE, ID_FIELD, commit_key, read_docids, stored_values  # noqa: F401
@@ -376,5 +376,5 @@ def damaged(index_dir: str | Path, error: Exception) -> UserError:
 def search_error(index_dir: str | Path, error: Exception) -> UserError:
     """A search Lucene refused: too many query terms, else a damaged index."""
     if "TooManyClauses" in str(error) or "TooManyClauses" in type(error).__name__:
-        return UserError("the query has more distinct terms than Lucene's clause limit (65,536); fix: shorten it")
+        return UserError(f"the query has more distinct terms than Lucene's clause limit ({MAX_CLAUSES:,}); fix: shorten it")
     return damaged(index_dir, error)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bm25aug.io import check_outputs, write_jsonl
+from bm25aug.io import write_jsonl
+from bm25aug.outputs import check_outputs
 from bm25aug.model.encoder import QueryEncoder, encode_queries
 
 
@@ -32,9 +33,9 @@ def export_term_lists(model: QueryEncoder, queries: dict[str, str], path: str | 
 def run(args) -> None:
     """``bm25aug export``: a dataset split's queries as weighted term lists, one JSON line each."""
     from bm25aug.data.registry import load_dataset
-    from bm25aug.eval.evaluate import resolve_checkpoint
+    from bm25aug.eval.checkpoints import resolve_checkpoint
     from bm25aug.model.onnx_encoder import load_encoder
-    from bm25aug.io import check_outputs
+    from bm25aug.outputs import check_outputs
 
     dataset = load_dataset(args.dataset, args.data_dir)
     checkpoint = resolve_checkpoint(args.checkpoint, dataset.name, False)

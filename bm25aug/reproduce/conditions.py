@@ -28,7 +28,8 @@ from pathlib import Path
 import yaml
 
 from bm25aug.errors import UserError
-from bm25aug.io import atomic_write_text, check_output_path, check_outputs, write_json
+from bm25aug.io import atomic_write_text, write_json
+from bm25aug.outputs import check_output_path, check_outputs
 from bm25aug.reproduce.tables import write_docs
 
 CONDITIONS_FILE = Path(__file__).with_name("reproductions.yaml")

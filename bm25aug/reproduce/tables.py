@@ -31,6 +31,10 @@ BENCH_DATA["encoders"] = ROOT / "docs" / "data" / "speed_encoders.json"
 BENCH_DATA["two-core"] = ROOT / "docs" / "data" / "two_core.json"
 # The same benchmark with the model without encoder layers, encoding 64 queries a pass
 BENCH_DATA["two-core-nolayer"] = ROOT / "docs" / "data" / "two_core_nolayer.json"
+# The static query side beside the default and bm25-flat (bench_search.py --compare, --record)
+BENCH_DATA["static"] = ROOT / "docs" / "data" / "speed_static.json"
+# Where a training step's time goes (research/profile_training.py --json-out)
+BENCH_DATA["profile"] = ROOT / "docs" / "data" / "profile_training.json"
 METRIC_NAMES = {"ndcg@10": "nDCG@10", "recall@100": "R@100", "mrr@10": "MRR@10", "acc@5": "Acc@5",
                 "acc@20": "Acc@20", "acc@100": "Acc@100", "aug_terms_mean": "added terms / query",
                 "added_precision_weight": "added precision (weight)", "latency_ms_p50": "p50 ms",
@@ -226,12 +230,46 @@ def two_core_table(recorded: dict) -> str:
     return "\n".join(lines)
 
 
+def static_table(recorded: dict) -> str:
+    """The static query side against bm25-flat and the default model, from one bench_search.py run."""
+    run = recorded["runs"][0]
+    static = next(c for c in run["compare"] if c.get("encoder") == "static table")
+    rows = [("bm25-flat", run["bm25_flat_p50_ms"], None, run["qps_bm25_flat_1t"], run["qps_bm25_flat_2t"]),
+            ("augmented, default (contextual) model", run["augmented_p50_ms"], run["encode_p50_ms"],
+             run["qps_augmented_1t"], run["qps_augmented_2t"]),
+            ("augmented, static query side", static["augmented_p50_ms"], static["encode_p50_ms"],
+             static["qps_augmented_1t"], static["qps_augmented_2t"])]
+    flat1, flat2 = run["qps_bm25_flat_1t"], run["qps_bm25_flat_2t"]
+    lines = ["| path | p50 ms | encode p50 ms | QPS 1 thread | QPS 2 threads | / bm25-flat, 1 thread "
+             "| / bm25-flat, 2 threads |", "|" + "---|" * 7]
+    for name, p50, encode, q1, q2 in rows:
+        lines.append(f"| {name} | {p50:.2f} | {'' if encode is None else f'{encode:.3f}'} | {q1:,.0f} | {q2:,.0f} | "
+                     f"{q1 / flat1:.2f}x | {q2 / flat2:.2f}x |")
+    lines += ["", f"{run['dataset']}, {run['num_queries']} queries, k={run['k']}; recorded with `{recorded['command']}`."]
+    return "\n".join(lines)
+
+
+def profile_table(recorded: dict) -> str:
+    """A training step's parts, in ms and as a share of the step (research/profile_training.py)."""
+    step = recorded["ms_a_step"]
+    parts = sorted(recorded["parts_ms"].items(), key=lambda kv: -kv[1]) + [("the rest (masks, sums, scheduler)",
+                                                                          recorded["rest_ms"])]
+    lines = ["| part of a step | ms | share |", "|---|---|---|"]
+    lines += [f"| {name} | {ms:,.1f} | {ms / step:.1%} |" for name, ms in parts]
+    lines += [f"| **a step** ({recorded['batch_size']} queries, {recorded['random_negatives']:,} random negatives, "
+              f"torch on {recorded['torch_threads']} threads) | {step:,.1f} | 100% |", "",
+              f"One dev evaluation ({recorded['dev_queries']:,} queries) took {recorded['dev_s']:.1f} s, as long as "
+              f"{recorded['dev_s'] * 1000 / step:.0f} steps. Recorded with `{recorded['command']}`."]
+    return "\n".join(lines)
+
+
 def bench_table(name: str) -> str:
     recorded = json.loads(BENCH_DATA[name].read_text(encoding="utf-8"))
     tables = {"speed": speed_table, "throughput": throughput_table, "scale": lambda r: scale_table(r["rows"]),
               "extrapolation": lambda r: extrapolate(r["rows"]),
               "serve": serve_table, "encoders": lambda r: speed_table(r, qps=False), "two-core": two_core_table,
-              "two-core-nolayer": two_core_table}
+              "two-core-nolayer": two_core_table, "profile": profile_table,
+              "static": static_table}
     return tables[name](recorded)
 
 

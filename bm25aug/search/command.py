@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 from bm25aug.errors import UserError
-from bm25aug.io import check_outputs, read_lines
+from bm25aug.io import read_lines
+from bm25aug.outputs import check_outputs
 from bm25aug.search.trec import array_lines, write_trec_arrays
 
 log = logging.getLogger(__name__)
@@ -69,8 +70,8 @@ def read_queries(path: str | Path) -> dict[str, str]:
                 log.warning("%s: line %d (%r) is a header, not a query; skipped", path, lineno, line.strip())
                 continue
         if not run_id_ok(qid):
-            raise UserError(f"{where}: query id {qid!r} is empty or holds whitespace, which a TREC run cannot hold; "
-                            f"fix: give that query an id without spaces, tabs or newlines")
+            raise UserError(f"{where}: query id {qid!r} is empty or holds whitespace or a control character, which a TREC "
+                            f"run cannot hold; fix: give that query an id without spaces, tabs, newlines or control characters")
         rows.append((qid, text))
     queries = keep_first(((q, check_text(t, f"{path}: query {q}")) for q, t in rows), path, "query")
     if not queries:
@@ -87,7 +88,7 @@ HEADER_TEXTS = {"text", "query", "query_text", "question", "title", "query text"
 
 def is_header(qid: str, text: str) -> bool:
     """Whether a TSV's first line names its columns (``qid<TAB>text``) rather than holding a query."""
-    return qid.strip().lower() in HEADER_IDS and text.strip().lower() in HEADER_TEXTS
+    return qid.strip().lower() in HEADER_IDS and text.split("\t")[0].strip().lower() in HEADER_TEXTS
 
 
 def make_searcher(index: Path, model: str | None, tokenizer: str | None, k1: float, b: float, runtime: str,
@@ -124,11 +125,15 @@ def run(args) -> None:
     if terms:
         from bm25aug.search.term_lists import read_term_lists
 
+        from bm25aug.search.augmented import AUGMENTED_FIELD_WEIGHTS
+
         lists = read_term_lists(terms)
         searcher = make_searcher(index, None, args.tokenizer, args.k1, args.b, args.runtime)
         qids = list(lists)
+        # a model's term lists, searched as AugmentedSearcher searches them (on a multifield index, its field weights)
+        fields = AUGMENTED_FIELD_WEIGHTS if searcher.meta.flavor == "multifield" else None
         tops = searcher.batch_search_terms_arrays(list(lists.values()), k=args.k or 1000, threads=args.threads,
-                                                  desc="search")
+                                                  desc="search", fields=fields)
         return _write(args, qids, tops, searcher)
     queries = read_queries(args.queries) if args.queries else None
     searcher = make_searcher(index, args.model, args.tokenizer, args.k1, args.b, args.runtime, args.encode_batch_size)

@@ -64,7 +64,6 @@ def check_term_list(terms, max_terms: int) -> dict[str, float]:
     return checked
 
 
-MAX_TERMS = 65_536  # the clause limit the JVM is started with (bm25aug.lucene.jvm)
 
 
 def read_term_lists(path) -> dict[str, dict[str, float]]:
@@ -74,7 +73,7 @@ def read_term_lists(path) -> dict[str, dict[str, float]]:
     from pathlib import Path
 
     from bm25aug.io import read_lines
-    from bm25aug.limits import run_id_ok
+    from bm25aug.limits import MAX_CLAUSES, run_id_ok
 
     path, lists = Path(path), {}
     for lineno, line in read_lines(path):
@@ -92,12 +91,12 @@ def read_term_lists(path) -> dict[str, dict[str, float]]:
                             f"(as bm25aug export writes it)")
         qid = str(row["id"])
         if not run_id_ok(qid):
-            raise UserError(f"{where}: query id {qid!r} is empty or holds whitespace, which a TREC run cannot hold; "
-                            f"fix: give that query an id without spaces, tabs or newlines")
+            raise UserError(f"{where}: query id {qid!r} is empty or holds whitespace or a control character, which a TREC "
+                            f"run cannot hold; fix: give that query an id without spaces, tabs, newlines or control characters")
         if qid in lists:
             raise UserError(f"{where}: query id {qid!r} is given twice; fix: give each term list its own id")
         try:
-            lists[qid] = check_term_list(row["vector"], MAX_TERMS)
+            lists[qid] = check_term_list(row["vector"], MAX_CLAUSES)
         except UserError as e:
             raise UserError(f"{where}: {e}") from None
     if not lists:

@@ -42,23 +42,23 @@ def run(args) -> None:
 
     over_http = not args.mcp or args.transport == "http"
     # The address first: a port in use is one line now, not after every model has loaded.
-    sock = bind(config.host, config.port) if over_http else None
+    sockets = bind(config.host, config.port) if over_http else []
     try:
         service = SearchService(config)
         try:
             if args.mcp:
                 from bm25aug.serve.mcp_tools import run_mcp
 
-                run_mcp(service, args.transport, config, sock)
+                run_mcp(service, args.transport, config, sockets)
             else:
                 from bm25aug.serve.rest import create_app
 
-                HttpServer(create_app(service), config, sock, f"bm25aug REST API on {url(sock)} (spec: /openapi.json, "
-                           f"docs: /docs)", on_deadline=service.stop_waiting).run()
+                HttpServer(create_app(service), config, sockets, f"bm25aug REST API on {url(sockets)} (spec: "
+                           f"/openapi.json, docs: /docs)", on_deadline=service.stop_waiting).run()
         finally:
             service.close(timeout=1.0)  # what was queued was answered 503 at the stop
     finally:
-        if sock is not None:
+        for sock in sockets:
             sock.close()
     print("stopped", file=sys.stderr, flush=True)
     if installed():  # the command line: all is closed, and freeing the models' memory at exit took seconds

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bm25aug.errors import UserError
-from bm25aug.limits import JAVA_INT_MAX, MAX_QUERY_CHARS, RUNTIMES, check_choice
+from bm25aug.limits import JAVA_INT_MAX, MAX_CLAUSES, MAX_QUERY_CHARS, RUNTIMES, check_choice
 from bm25aug.lucene.reader import B, K1
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # an index name is one URL path segment
@@ -74,7 +74,7 @@ class ServeConfig:
                                 ("max_queue", 1, 1_000_000), ("workers", 1, 64), ("threads", 1, 1024),
                                 ("max_query_chars", 1, MAX_QUERY_CHARS), ("doc_cache", 0, 100_000_000),
                                 ("retry_after", 1, 3600), ("shutdown_s", 0, 3600), ("max_connections", 1, 1_000_000),
-                                ("max_terms", 1, 1 << 16), ("max_body_bytes", 1024, 1 << 30)):
+                                ("max_terms", 1, MAX_CLAUSES), ("max_body_bytes", 1024, 1 << 30)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise UserError(f"serve setting {name} = {value!r} is out of range; fix: use an integer from "

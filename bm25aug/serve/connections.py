@@ -17,6 +17,9 @@ Here (a subclass of uvicorn's httptools protocol, made per server by ``protocol_
   still gets through; only when every one is busy is the new one answered 503 and closed;
 * **a JSON 400** for what the parser refuses (uvicorn's is plain text), such as a URL over
   httptools' 65,535 bytes.
+
+This subclass and ``http_server`` use uvicorn's internals, not its public API: ``check_uvicorn``
+refuses to start on a uvicorn that lacks one (the pin is ``UVICORN_PIN``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,58 @@ def _response(status: int, reason: str, message: str) -> bytes:
     body = json.dumps({"error": message}).encode("utf-8")
     return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
             f"connection: close\r\n\r\n").encode("ascii") + body
+
+
+UVICORN_PIN = "uvicorn[standard]>=0.54,<0.55"  # the uvicorn whose internals this module and http_server use
+# What bm25aug overrides or reads of uvicorn's internals, by class: methods, and attributes its
+# methods set (read from their code, as no instance exists before the server runs).
+UVICORN_METHODS = {"uvicorn.server:Server": ("capture_signals", "startup", "shutdown", "run"),
+                   "uvicorn.protocols.http.httptools_impl:HttpToolsProtocol": (
+                       "connection_made", "connection_lost", "on_message_begin", "on_message_complete",
+                       "send_400_response", "shutdown")}
+UVICORN_ATTRIBUTES = {"uvicorn.server:Server": ("server_state", "servers", "lifespan", "should_exit", "force_exit",
+                                                "started"),
+                      "uvicorn.server:ServerState": ("connections", "tasks"),
+                      "uvicorn.protocols.http.httptools_impl:HttpToolsProtocol": ("cycle", "transport", "loop"),
+                      "uvicorn.protocols.http.httptools_impl:RequestResponseCycle": (
+                          "response_complete", "response_started", "disconnected", "keep_alive")}
+
+
+def _attribute_names(cls: type) -> set[str]:
+    """The attribute names the methods of ``cls`` (and its bases) use."""
+    names: set[str] = set()
+    for klass in cls.__mro__[:-1]:
+        for value in vars(klass).values():
+            code = getattr(getattr(value, "__func__", value), "__code__", None)
+            if code is not None:
+                names.update(code.co_names)
+    return names
+
+
+def check_uvicorn() -> None:
+    """A ``UserError`` naming the fix when the installed uvicorn lacks an internal that bm25aug's
+    server overrides or reads (they are not uvicorn's public API, so a release may change them)."""
+    import importlib
+
+    try:
+        import uvicorn
+
+        missing = []
+        for where, methods in UVICORN_METHODS.items():
+            module, name = where.split(":")
+            cls = getattr(importlib.import_module(module), name, None)
+            missing += [f"{name}.{m}" for m in methods if not callable(getattr(cls, m, None))]
+        for where, attributes in UVICORN_ATTRIBUTES.items():
+            module, name = where.split(":")
+            cls = getattr(importlib.import_module(module), name, None)
+            used = _attribute_names(cls) if isinstance(cls, type) else set()
+            missing += [f"{name}.{a}" for a in attributes if a not in used]
+    except ImportError as e:
+        raise UserError(f"serving needs {e.name}, which is not installed; fix: pip install '{UVICORN_PIN}'") from None
+    if missing:
+        raise UserError(f"uvicorn {getattr(uvicorn, '__version__', '?')} lacks {', '.join(missing[:3])}"
+                        f"{' and more' if len(missing) > 3 else ''}, which bm25aug serve relies on (it is written "
+                        f"against uvicorn 0.54); fix: pip install '{UVICORN_PIN}'")
 
 
 def protocol_class(header_timeout_s: float, max_connections: int, retry_after: int) -> type:

@@ -11,6 +11,7 @@ browser on this machine uses for the server are answered: ``localhost``, ``127.0
 SDK answers. A request without ``Origin`` (curl, any non-browser client) is answered, and so is
 one without ``Host`` (HTTP/1.0): a browser always sends a Host. ``allowed_hosts`` and
 ``allowed_origins`` widen the lists; ``*`` allows any, for a server behind a proxy that checks them.
+A WebSocket handshake is checked the same way (a page may open one to any host).
 """
 
 from __future__ import annotations
@@ -48,18 +49,33 @@ def allowed_origins(config: ServeConfig) -> tuple[str, ...]:
     return tuple(dict.fromkeys(config.allowed_origins + extra))
 
 
-async def send_json(send, status: int, message: str) -> None:
-    """A one-line ``{"error": ...}`` answer, on a connection that is then closed."""
+async def send_json(send, status: int, message: str, kind: str = "http") -> None:
+    """A one-line ``{"error": ...}`` answer, on a connection that is then closed (``kind``
+    ``websocket``: the handshake's refusal, by ASGI's denial-response extension)."""
     body = json.dumps({"error": message}, ensure_ascii=False).encode("utf-8")
-    await send({"type": "http.response.start", "status": status,
+    await send({"type": f"{kind}.http.response.start" if kind == "websocket" else "http.response.start",
+                "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             (b"connection", b"close")]})
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": f"{kind}.http.response.body" if kind == "websocket" else "http.response.body", "body": body})
+
+
+async def refuse(scope, receive, send, status: int, message: str) -> None:
+    """``message`` as the answer to a request (HTTP) or a WebSocket handshake: the JSON error
+    where the server can send one (ASGI's ``websocket.http.response``, as uvicorn can), else the
+    handshake closed (a 403)."""
+    if scope["type"] == "http":
+        return await send_json(send, status, message)
+    await receive()  # websocket.connect
+    if "websocket.http.response" in scope.get("extensions", {}):
+        return await send_json(send, status, message, "websocket")
+    await send({"type": "websocket.close", "code": 1008, "reason": f"refused with {status}"})  # the server answers 403
 
 
 class RequestGuard:
     """ASGI middleware: refuse a foreign Host (421) or Origin (403), or a body over
-    ``max_body_bytes`` (413), with a one-line JSON error, before ``app`` sees the request.
+    ``max_body_bytes`` (413), with a one-line JSON error, before ``app`` sees the request; a
+    WebSocket handshake (uvicorn[standard] upgrades them) has its Host and Origin checked alike.
     ``bodies=False`` leaves bodies to the app (the MCP transport limits its own). FastAPI's own
     ``max_body_size`` answers in plain text, so it is not used."""
 
@@ -68,7 +84,7 @@ class RequestGuard:
         self.hosts, self.origins = allowed_hosts(config), allowed_origins(config)
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):  # lifespan
             return await self.app(scope, receive, send)
         headers = {}
         for name, value in scope["headers"]:
@@ -76,14 +92,14 @@ class RequestGuard:
         host, origin = headers.get(b"host"), headers.get(b"origin")
         if host is not None and not matches(host, self.hosts):
             name = _PORT.sub("", host) or "NAME"
-            return await send_json(send, 421, f"this server does not answer Host {host!r} (a page on another site "
-                                   f"may be reaching it through DNS rebinding); fix: use http://localhost or "
-                                   f"http://127.0.0.1, or start it with --allowed-hosts {name} ('*' behind a proxy "
-                                   f"that checks the Host)")
+            return await refuse(scope, receive, send, 421, f"this server does not answer Host {host!r} (a page on "
+                                f"another site may be reaching it through DNS rebinding); fix: use http://localhost "
+                                f"or http://127.0.0.1, or start it with --allowed-hosts {name} ('*' behind a proxy "
+                                f"that checks the Host)")
         if origin is not None and not matches(origin, self.origins):
-            return await send_json(send, 403, f"this server does not answer pages from Origin {origin!r}; fix: start "
-                                   f"it with --allowed-origins {origin} to let that site's pages read it")
-        if self.max_body is None or scope["method"] in ("GET", "HEAD"):
+            return await refuse(scope, receive, send, 403, f"this server does not answer pages from Origin {origin!r}; "
+                                f"fix: start it with --allowed-origins {origin} to let that site's pages read it")
+        if scope["type"] == "websocket" or self.max_body is None or scope["method"] in ("GET", "HEAD"):
             return await self.app(scope, receive, send)
         length = headers.get(b"content-length", "")
         if length.isdigit() and int(length) > self.max_body:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import StrictFloat, StrictInt
+
 from bm25aug.serve.config import ServeConfig
 from bm25aug.serve.service import SearchService, ServeError
 
@@ -61,11 +63,15 @@ def create_mcp(service: SearchService):
         (default where a model is loaded) or bm25."""
         return await call(service.search, index, query, hits, method)
 
+    # Strict, as the REST body is (``TermsQuery``): a weight "1.5" or true, or hits "10", is refused,
+    # not turned into a number; what is left is checked as REST checks it (``check_term_list``).
     @mcp.tool()
-    async def search_terms(index: str, terms: dict[str, float], hits: int = 10) -> dict:
+    async def search_terms(index: str, terms: dict[str, StrictFloat], hits: StrictInt = 10) -> dict:
         """Search an index with a weighted query, {term: weight}: the index's own terms, not analyzed
         (a flat index holds the English analyzer's stems, e.g. 'durabl'; augment shows a query's),
-        each weight a boost from 0 up. A term no document holds matches nothing. Candidates as search's."""
+        each weight a number from 0 up (a boost). A term no document holds matches nothing. On a
+        multifield index each term is searched on both fields, weighted as augmented searches.
+        Candidates as search's."""
         return await call(service.search_terms, index, terms, hits)
 
     @mcp.tool()
@@ -99,9 +105,9 @@ def mcp_http_app(mcp, config: ServeConfig):
     return RequestGuard(app, config, bodies=False)
 
 
-def run_mcp(service: SearchService, transport: str, config: ServeConfig, sock=None) -> None:
+def run_mcp(service: SearchService, transport: str, config: ServeConfig, sockets=()) -> None:
     """Serve the tools over ``stdio`` (the MCP client starts this process) or streamable ``http``
-    on ``sock`` (bound by the caller before the indexes were loaded)."""
+    on ``sockets`` (bound by the caller before the indexes were loaded)."""
     mcp = create_mcp(service)
     if transport == "stdio":
         import anyio
@@ -112,5 +118,5 @@ def run_mcp(service: SearchService, transport: str, config: ServeConfig, sock=No
         return
     from bm25aug.serve.http_server import HttpServer, url
 
-    HttpServer(mcp_http_app(mcp, config), config, sock, f"bm25aug MCP server on {url(sock)}/mcp",
+    HttpServer(mcp_http_app(mcp, config), config, sockets, f"bm25aug MCP server on {url(sockets)}/mcp",
                on_deadline=service.stop_waiting).run()

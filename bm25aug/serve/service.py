@@ -7,7 +7,11 @@ one-line message naming the problem and the fix.
 
 Search results equal the in-process searchers' (``AugmentedSearcher.search``, ``BM25Searcher.search``,
 ``BM25Searcher.search_terms``): a micro-batch runs ``batch_search_arrays`` (or
-``batch_search_terms_arrays``), which gives each query exactly the hits it gets alone.
+``batch_search_terms_arrays``), which gives each query exactly the hits it gets alone. A client's
+weighted term list is the query side's output (what ``/augment`` returns, what ``bm25aug export``
+writes), so it is searched as ``AugmentedSearcher`` searches its own: on a multifield index with
+``AUGMENTED_FIELD_WEIGHTS`` (``Backend.term_fields``); a text query with ``method=bm25`` keeps
+Pyserini's field weights.
 
 A request waits for its search as an asyncio future that can end three ways besides its answer:
 its client hangs up (the REST app cancels it; a search not yet started is then never run), the
@@ -29,7 +33,7 @@ from typing import TYPE_CHECKING, Callable
 from bm25aug.errors import UserError
 from bm25aug.limits import JAVA_INT_MAX, check_text
 from bm25aug.lucene.ranking import TopK
-from bm25aug.lucene.reader import RAW_FIELD, stored_values, weighted_query_string
+from bm25aug.lucene.reader import RAW_FIELD, stored_values
 from bm25aug.serve.batcher import MicroBatcher, Overloaded
 from bm25aug.serve.config import IndexSpec, ServeConfig
 from bm25aug.search.term_lists import check_term_list
@@ -41,7 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 API = "v1"
 METHODS = ("bm25", "augmented")
-TERMS = "terms"  # the batcher of weighted term lists (plain BM25 on the client's own weights)
+TERMS = "terms"  # the batcher of weighted term lists (BM25 on the client's own weights; multifield: term_fields)
 LARGE = 100  # candidates past which an answer is built on the service's threads, not the event loop's
 
 
@@ -61,6 +65,7 @@ class Backend:
     bm25: BM25Searcher
     augmented: AugmentedSearcher | None
     doc_cache: int
+    term_fields: dict[str, float] | None = None  # the field weights of weighted term lists (multifield only)
     batchers: dict[str, MicroBatcher] = field(default_factory=dict)
     _docs: OrderedDict = field(default_factory=OrderedDict)
     _docs_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -96,8 +101,8 @@ class Backend:
         documents of its hits."""
         # A lone query is searched on this thread: the Java pool's hand-off would only add latency.
         if method == TERMS:
-            tops = [self.bm25.search_terms_arrays(queries[0], k)] if len(queries) == 1 else \
-                self.bm25.batch_search_terms_arrays(queries, k, threads)
+            tops = [self.bm25.search_terms_arrays(queries[0], k, self.term_fields)] if len(queries) == 1 else \
+                self.bm25.batch_search_terms_arrays(queries, k, threads, fields=self.term_fields)
         else:
             searcher = self.augmented if method == "augmented" else self.bm25
             tops = [searcher.search_arrays(queries[0], k)] if len(queries) == 1 else \
@@ -125,7 +130,7 @@ class SearchService:
     """Every served index, loaded at start; searches are micro-batched per index and method."""
 
     def __init__(self, config: ServeConfig):
-        from bm25aug.search.augmented import AugmentedSearcher
+        from bm25aug.search.augmented import AUGMENTED_FIELD_WEIGHTS, AugmentedSearcher
         from bm25aug.search.bm25 import BM25Searcher
         from bm25aug.search.command import resolve_index
 
@@ -141,6 +146,8 @@ class SearchService:
                 backend = Backend(spec, augmented.bm25, augmented, config.doc_cache)
             else:
                 backend = Backend(spec, BM25Searcher(path, config.k1, config.b), None, config.doc_cache)
+            if backend.bm25.meta.flavor == "multifield":  # term lists as AugmentedSearcher searches its own
+                backend.term_fields = backend.bm25.field_weights(AUGMENTED_FIELD_WEIGHTS)
             for method in (*backend.methods, TERMS):
                 backend.batchers[method] = MicroBatcher(
                     lambda queries, k, b=backend, m=method: b.batch(m, queries, k, config.threads),
@@ -253,7 +260,8 @@ class SearchService:
 
     async def search_terms(self, index: str, terms, hits: int = 10, parse: bool = True) -> dict:
         """A weighted term list ``{term: weight}`` searched as ``BM25Searcher.search_terms`` does (index
-        terms, not analyzed), answered as ``search`` is; ``query`` holds its Lucene text and the terms."""
+        terms, not analyzed; on a multifield index with ``term_fields``, as ``method=augmented``),
+        answered as ``search`` is; ``query`` holds the Lucene text searched and the terms."""
         backend = self.backend(index)
         try:
             terms = check_term_list(terms, self.config.max_terms)
@@ -261,8 +269,9 @@ class SearchService:
             raise ServeError(400, str(e)) from None
         k = self.check_hits(hits, backend)
         candidates = await self._search(backend, TERMS, terms, k, parse)
-        return {"api": API, "index": index, "method": "bm25", "query": {"text": weighted_query_string(terms),
-                                                                        "terms": terms}, "candidates": candidates}
+        text = backend.bm25.index.weighted_text(terms, backend.term_fields)  # what is searched (multifield: per field)
+        return {"api": API, "index": index, "method": "bm25", "query": {"text": text, "terms": terms},
+                "candidates": candidates}
 
     async def _search(self, backend: Backend, method: str, query, k: int, parse: bool) -> list[dict]:
         """One query through its micro-batcher, as Anserini's candidates."""

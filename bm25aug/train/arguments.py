@@ -110,7 +110,7 @@ class TrainConfig:
     query_side: str = arg(_MODEL.query_side, "contextual: an encoder reads each query; static: a learned weight and "
                                              "expansion list per term, looked up, no encoder at query time",
                           choices=QUERY_SIDES)
-    expansion_terms: int = arg(8, "static query side: candidate added terms per query term (the terms --teacher "
+    expansion_terms: int = arg(4, "static query side: candidate added terms per query term (the terms --teacher "
                                   "adds beside it, else those of its judged documents; 0: reweighting only)")
     table_lr: float = arg(0.05, "static query side: the learning rate of its table (a weight per term, a value per "
                                 "expansion entry; each is its own parameter, so it moves far faster than a head)")
@@ -129,8 +129,7 @@ class TrainConfig:
         check_choice("--query-side", self.query_side, QUERY_SIDES)
         if self.feedback_terms:
             self._check_feedback()
-        if self.query_side == "static":
-            self._check_static()
+        self._check_query_side()
         if self.init_from:
             defaults = {f.name: f.default for f in fields(self)}
             if set_here := [name for name in MODEL_SETTINGS if getattr(self, name) != defaults[name]]:
@@ -139,15 +138,20 @@ class TrainConfig:
                                 f"recipe), a model setting, but --init-from {self.init_from} brings its model's own; "
                                 f"fix: leave {flag} out, or train from the pretrained encoder without --init-from")
 
-    def _check_static(self) -> None:
-        """What a static query side has no use for: the encoder's settings."""
-        clash = {f"--encoder-layers {self.encoder_layers}": self.encoder_layers is not None,
-                 f"--feedback-terms {self.feedback_terms}": bool(self.feedback_terms),
-                 "--aug-init centered": self.aug_init == "centered",
-                 f"--pooling {self.pooling}": bool(self.pooling)}
-        if bad := next((flag for flag, clashes in clash.items() if clashes), None):
-            raise UserError(f"--query-side static has no encoder, so {bad} means nothing for it; fix: drop {bad}, "
-                            f"or train the contextual query side")
+    def _check_query_side(self) -> None:
+        """Settings that mean nothing for the query side asked for are refused, not ignored: the
+        encoder's for a static table, the table's for an encoder."""
+        defaults = {f.name: f.default for f in fields(self)}
+        if self.query_side == "static":
+            unused = ["encoder_layers", "feedback_terms", "pooling", "aug_init", "aug_layer", "max_query_length", "lr"]
+            why = "--query-side static has no encoder"
+        elif self.init_from:
+            return  # the model --init-from names brings its own query side
+        else:
+            unused, why = ["expansion_terms", "table_lr"], f"--query-side {self.query_side} has no static table"
+        if bad := next((n for n in unused if getattr(self, n) != defaults[n]), None):
+            flag = f"--{bad.replace('_', '-')} {getattr(self, bad)}"
+            raise UserError(f"{why}, so {flag} means nothing for it; fix: drop {flag}, or train the other query side")
 
     def _check_feedback(self) -> None:
         """What learned feedback cannot be combined with."""
@@ -224,7 +228,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def from_args(args: argparse.Namespace, dataset: str, output_root: Path) -> TrainConfig:
-    """The config a parsed command line asks for (``output_dir`` defaults to ``output_root/<dataset>``)."""
+    """The config a parsed command line asks for (``output_dir`` defaults to ``output_root/<dataset>``,
+    and ``output_root/<dataset>-static`` for the static query side, so that it never lands on the
+    contextual model of the same data)."""
     overrides = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if f.metadata["cli"]}
-    overrides["output_dir"] = overrides["output_dir"] or str(output_root / dataset)
+    suffix = "-static" if overrides.get("query_side") == "static" else ""
+    overrides["output_dir"] = overrides["output_dir"] or str(output_root / f"{dataset}{suffix}")
     return TrainConfig.for_dataset(dataset, args.recipe, **overrides)

@@ -20,7 +20,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from bm25aug.errors import UserError
 from bm25aug.io import atomic_write_bytes, write_json
 from bm25aug.model.augmenter import CONFIG_NAME, AugmenterConfig, QueryAugmenter
 from bm25aug.model.card import card_text, finished_now, write_card
@@ -155,29 +154,6 @@ class SignificanceCheck(TrainerCallback):
                     "now plain BM25 (w = 1, a = 0)", name, p, self.level)
         model.config = replace(model.config, use_weights=False, use_augmentation=False)
         model.save_pretrained(best)
-
-
-def heads_on(model: QueryAugmenter, source: str) -> QueryAugmenter:
-    """A model to train on from ``--init-from``: one that its run's significance check served as
-    plain BM25 (both heads off, its learned weights kept) gets back the heads its run trained
-    (``config.json`` beside it; else both), since with neither there is nothing to train."""
-    if model.config.use_weights or model.config.use_augmentation:
-        return model
-    run_config = Path(model.path).parent / "config.json" if model.path else None
-    try:
-        saved = json.loads(run_config.read_text()) if run_config and run_config.is_file() else {}
-    except (OSError, ValueError):
-        saved = {}
-    saved = saved if isinstance(saved, dict) else {}
-    use_weights, use_augmentation = bool(saved.get("use_weights", True)), bool(saved.get("use_augmentation", True))
-    if not (use_weights or use_augmentation):
-        raise UserError(f"--init-from {source} has neither learned weights nor augmentation (both were ablated), so "
-                        f"there is nothing to train; fix: start from the pretrained encoder (drop --init-from)")
-    log.info("--init-from %s is served as plain BM25 (its run's significance check); training starts from its "
-             "learned weights with %s on", source,
-             " and ".join(n for n, on in (("w(q)", use_weights), ("a(q)", use_augmentation)) if on))
-    model.config = replace(model.config, use_weights=use_weights, use_augmentation=use_augmentation)
-    return model
 
 
 class GateCalibration(TrainerCallback):

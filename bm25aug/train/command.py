@@ -9,7 +9,7 @@ import torch
 from bm25aug import recipes
 from bm25aug.data.registry import load_dataset
 from bm25aug.errors import UserError
-from bm25aug.eval.evaluate import CHECKPOINT_ROOT
+from bm25aug.eval.checkpoints import CHECKPOINT_ROOT
 from bm25aug.lucene.index import ensure_index
 from bm25aug.train.arguments import from_args
 from bm25aug.train.corpora import run_name

@@ -4,7 +4,9 @@ index's term columns, whichever query side it has (``bm25aug.model.loading``).""
 
 from __future__ import annotations
 
+import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -12,7 +14,6 @@ import torch
 from bm25aug.errors import UserError
 from bm25aug.model.loading import is_static, load_model
 from bm25aug.train.arguments import TrainConfig
-from bm25aug.train.callbacks import heads_on
 from bm25aug.train.run_folder import damaged_last
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,29 @@ def new_model(c: TrainConfig, run_name: str):
         feedback_terms=c.feedback_terms, **({"pooling": c.pooling} if c.pooling else {}))
 
 
+def heads_on(model, source: str):
+    """A model to train on from ``--init-from``: one that its run's significance check served as
+    plain BM25 (both heads off, its learned weights kept) gets back the heads its run trained
+    (``config.json`` beside it; else both), since with neither there is nothing to train."""
+    if model.config.use_weights or model.config.use_augmentation:
+        return model
+    run_config = Path(model.path).parent / "config.json" if model.path else None
+    try:
+        saved = json.loads(run_config.read_text()) if run_config and run_config.is_file() else {}
+    except (OSError, ValueError):
+        saved = {}
+    saved = saved if isinstance(saved, dict) else {}
+    use_weights, use_augmentation = bool(saved.get("use_weights", True)), bool(saved.get("use_augmentation", True))
+    if not (use_weights or use_augmentation):
+        raise UserError(f"--init-from {source} has neither learned weights nor augmentation (both were ablated), so "
+                        f"there is nothing to train; fix: start from the pretrained encoder (drop --init-from)")
+    log.info("--init-from %s is served as plain BM25 (its run's significance check); training starts from its "
+             "learned weights with %s on", source,
+             " and ".join(n for n, on in (("w(q)", use_weights), ("a(q)", use_augmentation)) if on))
+    model.config = replace(model.config, use_weights=use_weights, use_augmentation=use_augmentation)
+    return model
+
+
 def last_model(out: Path):
     """The model of last/, to resume from."""
     try:
@@ -48,7 +72,7 @@ def last_model(out: Path):
 
 def trained(path: str, option: str, c: TrainConfig, run_name: str):
     """A trained model named by ``option``, checked to serve this run's target."""
-    from bm25aug.eval.evaluate import resolve_checkpoint
+    from bm25aug.eval.checkpoints import resolve_checkpoint
 
     model = load_model(resolve_checkpoint(path, run_name, False))
     if model.config.target != c.target:

@@ -23,11 +23,12 @@ from bm25aug.data.registry import Dataset
 from bm25aug.errors import UserError
 from bm25aug.eval.metrics import per_query
 from bm25aug.interrupts import deferred, stop_point
-from bm25aug.io import atomic_dir, check_outputs, claim_folder, refuse_foreign, write_jsonl
+from bm25aug.io import atomic_dir, claim_folder, refuse_foreign, write_jsonl
 from bm25aug.model.augmenter import CONFIG_NAME, QueryAugmenter
 from bm25aug.model.loading import is_static
 from bm25aug.model.encoder import encode_queries
 from bm25aug.model.tokenization import vocab_hash
+from bm25aug.outputs import check_outputs
 from bm25aug.progress import progress
 from bm25aug.search.bm25 import mean_added_terms
 from bm25aug.search.feedback import reading_feedback
@@ -330,7 +331,11 @@ class Trainer:
         if not path.exists():
             log.info("no checkpoint in %s; starting from scratch", self.out)
             self.resume = False
-            return _fresh_state()
+            state = _fresh_state()
+            if (self.out / "best").exists():  # a restart: best/ stays until an epoch beats its dev score
+                state["best"] = max((h["dev_metric"] for h in read_jsonl(self.out / "log.jsonl") if h.get("epoch")),
+                                    default=-1.0)
+            return state
         try:
             saved = torch.load(path, weights_only=False, map_location=self.device)
         except (RuntimeError, OSError, EOFError, ValueError, pickle.UnpicklingError) as e:
