@@ -104,10 +104,12 @@ def main() -> None:
         steps = len(batches) - 1
         print(f"{steps} steps, {total / steps * 1000:.0f} ms a step ({config.batch_size} queries, "
               f"{config.random_negatives} random negatives), torch threads {torch.get_num_threads()}")
-        for name, s in sorted(spent.items(), key=lambda kv: -kv[1]):
+        parts = dict(spent)  # the steps' own, before the dev evaluation (which runs the model too)
+        other = total - sum(parts.values())
+        for name, s in sorted(parts.items(), key=lambda kv: -kv[1]):
             print(f"  {name:<36} {s / steps * 1000:7.1f} ms  {s / total:6.1%}")
-        other = total - sum(v for k, v in spent.items() if k != "dev")
         print(f"  {'(rest: masks, sums, scheduler)':<36} {max(other, 0) / steps * 1000:7.1f} ms")
+        spent.clear()
         with timed("dev"):
             trainer.evaluate_dev()
         dev_queries = sum(len(c.dev.queries) for c in trainer.corpora)
@@ -116,12 +118,11 @@ def main() -> None:
         if args.json_out:
             from bm25aug.io import write_json
 
-            parts = {name: s / steps * 1000 for name, s in spent.items() if name != "dev"}
             write_json(args.json_out, {
                 "command": " ".join(["python", *sys.argv]), "steps": steps, "ms_a_step": total / steps * 1000,
                 "batch_size": config.batch_size, "random_negatives": config.random_negatives,
-                "torch_threads": torch.get_num_threads(), "parts_ms": parts,
-                "rest_ms": max(total - sum(v for k, v in spent.items() if k != "dev"), 0) / steps * 1000,
+                "torch_threads": torch.get_num_threads(), "parts_ms": {k: v / steps * 1000 for k, v in parts.items()},
+                "rest_ms": max(other, 0) / steps * 1000,
                 "dev_s": spent["dev"], "dev_queries": dev_queries, "query_side": args.query_side})
         trainer._lock.release()
     finally:

@@ -142,3 +142,13 @@ def test_the_train_command_needs_data(capsys):
     assert main(["train", "--recipe", "scifact"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no training data" in err[0] and "general" in err[0]
+
+
+def test_epoch_steps_caps_an_epoch_and_each_epoch_draws_anew():
+    small, large = _Corpus(_examples(10, 0)), _Corpus(_examples(90, 1))
+    assert steps_per_epoch([small, large], 5, cap=7) == 7 and steps_per_epoch([small, large], 5, cap=100) == 20
+    first = epoch_batches([small, large], 5, 3.0, random.Random(1), cap=7)
+    second = epoch_batches([small, large], 5, 3.0, random.Random(2), cap=7)
+    assert len(first) == len(second) == 7 and all(len({e.corpus for e in b}) == 1 for b in first)
+    assert [e.qid for b in first for e in b] != [e.qid for b in second for e in b]  # another seeded draw
+    assert epoch_batches([small, large], 5, 3.0, random.Random(1), cap=7) == first  # the same seed, the same draw

@@ -318,3 +318,14 @@ def test_exported_term_lists_searched_with_terms_on_multifield_rank_as_the_model
     for qid, q in queries.items():
         assert [(h.docid, round(h.score, 4)) for h in run[qid]] == \
             [(h.docid, round(h.score, 4)) for h in searcher.search(q, k=5)]
+
+
+def test_eval_fields_flag_is_pyserinis_spelling(tmp_path):
+    from bm25aug.errors import UserError
+    from bm25aug.eval.command import parse_fields
+
+    assert parse_fields(["contents=1.0", "title=0.25"]) == {"contents": 1.0, "title": 0.25}
+    assert parse_fields(None) is None
+    for bad in (["title"], ["title=x"], ["title=nan"]):
+        with pytest.raises(UserError, match="is not FIELD=WEIGHT"):
+            parse_fields(bad)

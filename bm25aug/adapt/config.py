@@ -1,0 +1,53 @@
+"""``AdaptConfig``: every setting of ``bm25aug adapt`` that training has no field for, with its
+default defined once (the training settings it shares come from ``TrainConfig``, with the few
+it changes listed in ``TRAIN_SETTINGS``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from bm25aug.errors import UserError
+
+KINDS = ("sentence", "title", "keyphrase", "span", "mix")
+LOSSES = ("kl", "margin-mse")
+TEACHERS = ("dense",)
+
+# TrainConfig settings adapt sets unless told otherwise: the pseudo-queries are many and alike, so
+# fewer passes; no random negatives (the loss is over each query's own candidates).
+TRAIN_SETTINGS = {"epochs": 3, "random_negatives": 0, "negative_depth": 30}
+# Without --init-from the student is the static query side (a table trains in minutes on two cores,
+# where the contextual encoder took 17 s a step), whose parameters all start new: a higher rate.
+QUERY_SIDE = "static"
+STATIC_HEAD_LR = 0.05
+
+
+@dataclass
+class AdaptConfig:
+    kind: str = "sentence"  # which pseudo-queries: see bm25aug.adapt.queries
+    queries: int = 4000  # training pseudo-queries (documents sampled; one query each)
+    dev_queries: int = 300  # held-out pseudo-queries judged by the teacher: the label-free gate
+    candidates: int = 8  # of each query's BM25 top ``negative_depth``, scored per step (the loss's list)
+    loss: str = "kl"  # toward the teacher's scores: listwise KL, or margin MSE over the list's pairs
+    teacher: str = "dense"
+    teacher_temperature: float = 0.05  # the teacher's cosines over this are its logits (sentence-transformers' 20)
+    mix: float = 0.5  # the target is (1 - mix) x the teacher's logits + mix x plain BM25's (on the teacher's spread)
+    judged: int = 10  # the gate's judgements: the teacher's top this many of each held-out query's candidates
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (("--kind", self.kind, KINDS), ("--loss", self.loss, LOSSES),
+                                     ("--teacher", self.teacher, TEACHERS)):
+            if value not in allowed:
+                raise UserError(f"{name} {value!r} is unknown; fix: use one of {', '.join(allowed)}")
+        for name in ("queries", "dev_queries", "candidates", "judged"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be at least 1, not {getattr(self, name)}; "
+                                f"fix: pass a positive number")
+        if not 0 <= self.mix < 1:
+            raise UserError(f"--mix must be in [0, 1), not {self.mix}; fix: pass e.g. 0.5 (0: the teacher alone)")
+        if not 0 < self.teacher_temperature <= 10:
+            raise UserError(f"--teacher-temperature must be in (0, 10], not {self.teacher_temperature}; fix: pass "
+                            f"e.g. 0.05")
+
+
+def defaults() -> dict:
+    return {f.name: f.default for f in fields(AdaptConfig)}
