@@ -18,7 +18,7 @@ log = logging.getLogger("bm25aug")
 # The module whose ``run(args)`` does each command.
 COMMANDS = {"index": "bm25aug.lucene.index", "train": "bm25aug.train.command", "eval": "bm25aug.eval.command",
             "search": "bm25aug.search.command", "export": "bm25aug.model.export",
-            "serve": "bm25aug.serve.command"}
+            "serve": "bm25aug.serve.command", "adapt": "bm25aug.adapt.command"}
 
 
 def _setup_logging() -> None:
@@ -71,6 +71,13 @@ def _train_parser(sub) -> None:
     add_arguments(p)  # one flag per TrainConfig setting, help from the dataclass
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output-dir")
     _data_args(p, threads=False)
+
+
+def _adapt_parser(sub) -> None:
+    from bm25aug.adapt.command import add_arguments
+
+    p = sub.add_parser("adapt", help="fit the query model to a corpus with no queries and no judgements (docs/adapt.md)")
+    add_arguments(p)
 
 
 def _eval_parser(sub) -> None:
@@ -174,7 +181,8 @@ def _serve_parser(sub) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bm25aug", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_index_parser, _train_parser, _eval_parser, _search_parser, _export_parser, _serve_parser):
+    for add in (_index_parser, _train_parser, _adapt_parser, _eval_parser, _search_parser, _export_parser,
+                _serve_parser):
         add(sub)
     return parser
 

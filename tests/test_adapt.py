@@ -63,6 +63,25 @@ def test_adapt_writes_a_loadable_folder_with_its_card(tiny_wp, tmp_path):
     assert hits and hits[0].docid == "d1"
 
 
+def test_the_default_student_is_contextual_and_init_from_starts_from_a_folder(tiny_wp, tmp_path, monkeypatch):
+    """No --query-side: the contextual model; --init-from that folder starts the next run from it and
+    keeps its side; a setting only the static side has is refused."""
+    from bm25aug.model.loading import load_model
+
+    monkeypatch.setattr("bm25aug.adapt.teacher.make_teacher", lambda name, index: ReverseTeacher())
+    _adapt(tiny_wp, tmp_path / "first", "--significance", "0")
+    first = load_model(tmp_path / "first" / "best")
+    assert first.config.query_side == "contextual"
+    info = json.loads((tmp_path / "first" / "adapt.json").read_text())
+    assert info["start"] == "the pretrained encoder (contextual)"
+    _adapt(tiny_wp, tmp_path / "second", "--significance", "0", "--init-from", str(tmp_path / "first" / "best"))
+    second = load_model(tmp_path / "second" / "best")
+    assert second.config.query_side == "contextual"
+    assert json.loads((tmp_path / "second" / "adapt.json").read_text())["start"] == str(tmp_path / "first" / "best")
+    with pytest.raises(UserError, match="--table-lr"):
+        _adapt(tiny_wp, tmp_path / "third", "--table-lr", "0.2")
+
+
 def test_the_gate_serves_plain_bm25_when_the_teacher_prefers_bm25(tiny_wp, tmp_path, monkeypatch):
     from bm25aug.model.loading import load_model
 
@@ -82,7 +101,7 @@ def test_the_adapted_term_lists_are_exports(tiny_wp, tmp_path, monkeypatch):
     from bm25aug.search.augmented import AugmentedSearcher
 
     monkeypatch.setattr("bm25aug.adapt.teacher.make_teacher", lambda name, index: ReverseTeacher())
-    _adapt(tiny_wp, tmp_path / "run", "--query-side", "static", "--significance", "0", "--head-lr", "0.2")
+    _adapt(tiny_wp, tmp_path / "run", "--query-side", "static", "--significance", "0", "--table-lr", "0.2")
     best = tmp_path / "run" / "best"
     ds, _, flat = tiny_wp
     queries = ds.split("test").queries

@@ -115,7 +115,7 @@ def test_static_refuses_encoder_settings():
     from bm25aug.errors import UserError
     from bm25aug.train.arguments import TrainConfig
 
-    for bad in ({"encoder_layers": 2}, {"feedback_terms": 5}, {"aug_init": "centered"}):
+    for bad in ({"encoder_layers": 2}, {"feedback_terms": 5}, {"aug_init": "centered"}, {"head_lr": 0.05}):
         with pytest.raises(UserError, match="--query-side static has no encoder"):
             TrainConfig(query_side="static", **bad)
 

@@ -19,8 +19,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, fields
 from pathlib import Path
 
-from bm25aug.adapt.config import (KINDS, LOSSES, QUERY_SIDE, STATIC_HEAD_LR, TEACHERS, TRAIN_SETTINGS, AdaptConfig,
-                                  defaults)
+from bm25aug.adapt.config import KINDS, LOSSES, QUERY_SIDE, TEACHERS, TRAIN_SETTINGS, AdaptConfig, defaults
 from bm25aug.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -32,8 +31,9 @@ _HELP = {"kind": f"pseudo-queries: one of {', '.join(KINDS)}", "queries": "train
          "mix": "the target: (1 - mix) the teacher's logits + mix plain BM25's, on the teacher's spread",
          "judged": "the gate's relevant documents per held-out query (the teacher's top N)"}
 # Training settings adapt passes on to TrainConfig when given (their defaults: TRAIN_SETTINGS, else TrainConfig's).
-_TRAIN_FLAGS = {"epochs": int, "batch_size": int, "lr": float, "head_lr": float, "lam": float, "flops": float,
-                "negative_depth": int, "significance": float, "seed": int, "threads": int}
+_TRAIN_FLAGS = {"epochs": int, "batch_size": int, "lr": float, "head_lr": float, "table_lr": float,
+                "expansion_terms": int, "lam": float, "flops": float, "negative_depth": int, "significance": float,
+                "seed": int, "threads": int}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                        "encoder")
     p.add_argument("--query-side", choices=("contextual", "static"),
                    help=f"contextual: an encoder reads the query; static: a learned table, no encoder (default: "
-                        f"{QUERY_SIDE}, head lr {STATIC_HEAD_LR}; with --init-from, that model's)")
+                        f"{QUERY_SIDE}; with --init-from, that model's)")
     for f in fields(AdaptConfig):
         kind = type(f.default)
         p.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=kind, default=None,
@@ -76,10 +76,8 @@ def train_config(args: argparse.Namespace, name: str):
     given = {k: getattr(args, k) for k in [*_TRAIN_FLAGS, "device", "init_from", "query_side"]
              if getattr(args, k, None) is not None}
     settings = dict(TRAIN_SETTINGS)
-    if not given.get("init_from"):  # a new model: the static side unless told otherwise
+    if not given.get("init_from"):  # a new model: adapt's query side unless told otherwise
         settings["query_side"] = given.get("query_side", QUERY_SIDE)
-        if settings["query_side"] == "static":
-            settings["head_lr"] = STATIC_HEAD_LR
     return TrainConfig(dataset=name, output_dir=str(args.output_dir), **{**settings, **given})
 
 

@@ -143,7 +143,8 @@ class TrainConfig:
         encoder's for a static table, the table's for an encoder."""
         defaults = {f.name: f.default for f in fields(self)}
         if self.query_side == "static":
-            unused = ["encoder_layers", "feedback_terms", "pooling", "aug_init", "aug_layer", "max_query_length", "lr"]
+            unused = ["encoder_layers", "feedback_terms", "pooling", "aug_init", "aug_layer", "max_query_length", "lr",
+                      "head_lr"]
             why = "--query-side static has no encoder"
         elif self.init_from:
             return  # the model --init-from names brings its own query side
