@@ -1,4 +1,4 @@
-"""``bm25aug`` command line: index, train, eval, search, export. It parses and dispatches; each
+"""``bm25aug`` command line: index, train, adapt, eval, search, export, serve. It parses and dispatches; each
 command's work is a library function (``<subpackage>.<module>.run``). ``train.py``/``eval.py``
 call into here."""
 
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":  # Ctrl-C or SIGTERM is how a server is stopped
             print("stopped", file=sys.stderr)
             return 0
-        again = ("rerun with --resume to continue after the last finished epoch" if args.command == "train"
+        again = ("rerun with --resume to continue after the last finished epoch" if args.command in ("train", "adapt")
                  else "rerun the same command")
         print(f"interrupted; temporaries removed; {again}", file=sys.stderr)
         return 130

@@ -73,13 +73,29 @@ def test_the_default_student_is_contextual_and_init_from_starts_from_a_folder(ti
     first = load_model(tmp_path / "first" / "best")
     assert first.config.query_side == "contextual"
     info = json.loads((tmp_path / "first" / "adapt.json").read_text())
-    assert info["start"] == "the pretrained encoder (contextual)"
+    assert info["start"] == "the pretrained encoder"
     _adapt(tiny_wp, tmp_path / "second", "--significance", "0", "--init-from", str(tmp_path / "first" / "best"))
     second = load_model(tmp_path / "second" / "best")
     assert second.config.query_side == "contextual"
     assert json.loads((tmp_path / "second" / "adapt.json").read_text())["start"] == str(tmp_path / "first" / "best")
     with pytest.raises(UserError, match="--table-lr"):
         _adapt(tiny_wp, tmp_path / "third", "--table-lr", "0.2")
+    with pytest.raises(UserError, match=r"adapt settings that differ from the saved run \(--mix 0.5 then, 0.25 now\)"):
+        _adapt(tiny_wp, tmp_path / "first", "--significance", "0", "--mix", "0.25", "--resume")
+
+
+def test_the_gates_run_leaves_out_the_pseudo_querys_own_document():
+    """Its judgements leave the source document out, so its run must too: unjudged and first for BM25,
+    it would count against every run."""
+    from types import SimpleNamespace
+
+    from bm25aug.adapt.trainer import AdaptTrainer
+    from bm25aug.search.bm25 import Hit
+
+    hits = [Hit("d7", 9.0), Hit("d2", 5.0), Hit("d3", 1.0)]
+    corpus = SimpleNamespace(searcher=SimpleNamespace(hits=lambda top: hits))
+    assert [h.docid for h in AdaptTrainer.dev_hits(None, corpus, "adapt:d7", None)] == ["d2", "d3"]
+    assert AdaptTrainer.dev_hits(None, corpus, "adapt:d9", None) == hits
 
 
 def test_the_gate_serves_plain_bm25_when_the_teacher_prefers_bm25(tiny_wp, tmp_path, monkeypatch):
@@ -172,3 +188,12 @@ def test_a_corpus_file_and_a_stock_index_are_read(tmp_path):
     stock = resolve(None, None, str(source.index))
     assert len(stock.corpus) == 2 and "dog barked" in stock.corpus["2"].text
     assert {d for d, _ in stock.corpus.items()} == {"1", "2"}
+
+
+def test_the_teacher_reads_a_stock_beir_documents_title_and_text():
+    """A stock index may store BEIR's ``{"_id", "title", "text"}``, not ``contents``: the teacher encodes
+    what adapt's pseudo-queries read, not an empty string."""
+    from bm25aug.search.dense import _contents
+
+    assert _contents('{"_id": "d1", "title": "Aspirin", "text": "lowers fever"}') == "Aspirin lowers fever"
+    assert _contents('{"id": "d1", "contents": "Aspirin lowers fever"}') == "Aspirin lowers fever"

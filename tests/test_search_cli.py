@@ -94,8 +94,22 @@ def test_exported_term_lists_searched_with_terms_rank_as_the_model(tiny_wp, tmp_
             [(h.docid, round(h.score, 4)) for h in searcher.search(q, k=5)]
 
 
+def test_a_term_list_export_left_empty_is_a_query_without_hits(tiny_wp, tmp_path, capsys):
+    """export writes ``"vector": {}`` for a query with no terms; search --terms gives it no hits, the others theirs."""
+    ds, _, flat = tiny_wp
+    (tmp_path / "t.jsonl").write_text('{"id": "q0", "vector": {}}\n{"id": "q1", "vector": {"cat": 2.0}}\n')
+    assert main(["search", "--index", str(flat), "--terms", str(tmp_path / "t.jsonl"), "--k", "3",
+                 "--output", str(tmp_path / "run.trec")]) == 0
+    run = read_trec_run(tmp_path / "run.trec")
+    assert "q0" not in run and run["q1"]
+    (tmp_path / "empty.jsonl").write_text('{"id": "q0", "vector": {}}\n')
+    assert main(["search", "--index", str(flat), "--terms", str(tmp_path / "empty.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds no term to search" in err, err
+
+
 @pytest.mark.parametrize("line, says", [
-    ('{"id": "q1", "vector": {}}', "non-empty object"),
+    ('{"id": "q1", "vector": []}', "expected"),
     ('{"id": "q1", "vector": {"cat": -1}}', "the weight of 'cat'"),
     ('{"id": "q1", "vector": {"cat": NaN}}', "the weight of 'cat'"),
     ('{"id": "q1", "vector": {"two words": 1}}', "whitespace"),

@@ -14,13 +14,15 @@ HEADING = "## Adaptation"
 def section(info: dict) -> str:
     a, cost = info["adapt"], info["cost"]
     steps = ", ".join(f"{name} {c['seconds']:.0f} s" for name, c in cost.items())
+    target = ("the teacher's scores" if not a.get("mix") else
+              f"a mix of the teacher's scores and plain BM25's ({1 - a['mix']:g} and {a['mix']:g})")
     return "\n".join([
         HEADING, "",
         f"Adapted with `bm25aug adapt` to the corpus `{info['corpus']}` ({info['documents']:,} documents) with no "
         f"queries and no judgements: {info['train_queries']:,} pseudo-queries of kind `{a['kind']}` made from its "
         f"documents, each with BM25's top {info['depth']} on the flat index as candidates, scored by the teacher "
-        f"({info['teacher']}); trained toward the teacher's scores ({a['loss']}, {a['candidates']} candidates a "
-        f"query a step) from {info['start']}.", "",
+        f"({info['teacher']}); trained toward {target} ({a['loss']}, {a['candidates']} candidates a query a step) "
+        f"from {info['start']}.", "",
         f"Label-free gate, on {info['dev_queries']} held-out pseudo-queries judged by the teacher: {info['gate']}.", "",
         f"Cost on this machine: {steps}.", ""])
 

@@ -12,6 +12,7 @@ epochs, the gate). The model is ``DIR/best``, loaded as any trained model.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import resource
 import time
@@ -21,8 +22,10 @@ from pathlib import Path
 
 from bm25aug.adapt.config import KINDS, LOSSES, QUERY_SIDE, TEACHERS, TRAIN_SETTINGS, AdaptConfig, defaults
 from bm25aug.errors import UserError
+from bm25aug.io import write_json
 
 log = logging.getLogger(__name__)
+SETTINGS_FILE = "adapt_settings.json"  # the run's AdaptConfig, for --resume to compare with
 _HELP = {"kind": f"pseudo-queries: one of {', '.join(KINDS)}", "queries": "training pseudo-queries",
          "dev_queries": "held-out pseudo-queries judged by the teacher (the label-free gate)",
          "candidates": "of each query's BM25 candidates, how many a step scores",
@@ -81,6 +84,18 @@ def train_config(args: argparse.Namespace, name: str):
     return TrainConfig(dataset=name, output_dir=str(args.output_dir), **{**settings, **given})
 
 
+def check_resumed_settings(file: Path, adapt: AdaptConfig, resume: bool) -> None:
+    """``--resume`` continues a run only with the adapt settings it was started with (training's own
+    are checked by the trainer)."""
+    if not (resume and file.is_file()):
+        return
+    saved, now = json.loads(file.read_text(encoding="utf-8")), asdict(adapt)
+    if differ := [k for k in now if saved.get(k) != now[k]]:
+        flags = ", ".join(f"--{k.replace('_', '-')} {saved.get(k)} then, {now[k]} now" for k in differ)
+        raise UserError(f"--resume with adapt settings that differ from the saved run ({flags}); fix: rerun with the "
+                        f"same settings or a new --output-dir")
+
+
 class Steps:
     """Wall seconds of each step and the process's peak resident memory after it (JVM included)."""
 
@@ -109,6 +124,7 @@ def run(args: argparse.Namespace) -> None:
         raise UserError(f"{out} already holds an adapted model; fix: pass a new --output-dir, or --resume")
     adapt = adapt_config(args)
     train_config(args, "corpus")  # every setting checked before any work
+    check_resumed_settings(out / SETTINGS_FILE, adapt, args.resume)
     steps, start = Steps(), time.perf_counter()
     with steps.step("index"):
         src = source.resolve(args.dataset, args.corpus, args.index, args.data_dir, args.index_root,
@@ -118,9 +134,11 @@ def run(args: argparse.Namespace) -> None:
         dev = make_queries(src.corpus, adapt.kind, adapt.dev_queries, config.seed + 1)
         train = make_queries(src.corpus, adapt.kind, adapt.queries, config.seed,
                              skip={q.split(":", 1)[1] for q in dev})
-    if not train or not dev:
-        raise UserError(f"{src.name}: no document gave a pseudo-query of kind {adapt.kind!r} (titles: none has one; "
-                        f"sentences: none of 6-40 words); fix: pass another --kind, e.g. span")
+    if not train or not dev:  # every kind falls back to a span of 8-16 words
+        raise UserError(f"{src.name}: {len(dev)} held-out and {len(train)} training pseudo-queries from its "
+                        f"{len(src.corpus):,} documents (--dev-queries {adapt.dev_queries} are drawn first, and a "
+                        f"document of fewer than 8 words gives none); fix: pass a smaller --dev-queries, or a corpus "
+                        f"with more or longer documents")
     with steps.step("teacher: corpus encoding"):
         searcher = BM25Searcher(src.index, config.k1, config.b, flavor="flat")
         teacher = make_teacher(adapt.teacher, searcher.index)
@@ -128,10 +146,12 @@ def run(args: argparse.Namespace) -> None:
         judged = judged_split(searcher, teacher, dev, config.negative_depth, adapt, config.threads)
     with steps.step("train"):
         trainer = AdaptTrainer(config, PseudoDataset(src, train, judged), src.index, teacher, adapt, args.resume)
+        write_json(out / SETTINGS_FILE, asdict(adapt))
         result = trainer.train()
     encode = teacher.encode_seconds
     info = {"corpus": src.name, "documents": len(src.corpus), "adapt": asdict(adapt), "depth": config.negative_depth,
-            "teacher": teacher.name, "start": config.init_from or f"the pretrained encoder ({config.query_side})",
+            "teacher": teacher.name, "start": config.init_from or ("a new static table" if config.query_side == "static"
+                                                                      else "the pretrained encoder"),
             "train_queries": len(trainer.examples), "dev_queries": len(judged.queries),
             "gate": verdict(result.get("selection")), "selection": result.get("selection"), "scale": trainer.scale,
             "teacher_corpus_encoding_s": round(encode, 1), "cost": steps.cost,

@@ -13,8 +13,8 @@ LOSSES = ("kl", "margin-mse")
 TEACHERS = ("dense",)
 
 # TrainConfig settings adapt sets unless told otherwise: the pseudo-queries are many and alike, so
-# fewer passes; no random negatives (the loss is over each query's own candidates).
-TRAIN_SETTINGS = {"epochs": 2, "random_negatives": 0, "negative_depth": 30}
+# fewer passes (its other settings are TrainConfig's: 30 BM25 candidates a query, no random negatives).
+TRAIN_SETTINGS = {"epochs": 2}
 # Without --init-from the student is the contextual query side (the pretrained encoder and new
 # heads): on the dev queries of SciFact and SQuADShifts-wiki it gained where the static table,
 # the cheaper student, moved nothing (docs/adapt.md).

@@ -22,7 +22,7 @@ import torch
 
 from bm25aug.adapt.config import AdaptConfig
 from bm25aug.adapt.gate import mixed, spread_ratio
-from bm25aug.adapt.queries import as_split
+from bm25aug.adapt.queries import PREFIX, as_split
 from bm25aug.data.layouts import Split
 from bm25aug.train.corpora import TrainingCorpus
 from bm25aug.train.examples import Example
@@ -64,6 +64,13 @@ class AdaptTrainer(Trainer):
         self.teacher_lists = {e.qid: torch.from_numpy(np.asarray(s, np.float32)) for e, s in zip(examples, logits)}
         log.info("adapt: %d pseudo-queries, %.1f candidates each on average; student scores / %.3f",
                  len(examples), float(np.mean([len(e.negatives) for e in examples])), self.scale)
+
+    def dev_hits(self, corpus: TrainingCorpus, qid: str, top) -> list:
+        """The gate's run leaves out the document each held-out pseudo-query was cut from, as its
+        judgements do: ranked first by BM25 and unjudged, it would count against every run, most
+        against one that keeps exact matches on top."""
+        source = qid[len(PREFIX):]
+        return [h for h in corpus.searcher.hits(top) if h.docid != source]
 
     @torch.no_grad()
     def plain_scores(self, corpus: TrainingCorpus, examples: list[Example]) -> list[np.ndarray]:

@@ -101,14 +101,19 @@ def corpus_embeddings(index, encoder: DenseEncoder) -> tuple[np.ndarray, float]:
 
 
 def _contents(raw: str | None) -> str:
-    """The stored document's searchable text (Anserini's JsonCollection keeps ``contents``)."""
+    """The stored document's searchable text: ``contents`` (Anserini's JsonCollection), else a BEIR
+    document's title and text (as a stock index may store them)."""
     if raw is None:
         return ""
     try:
         doc = json.loads(raw)
     except ValueError:
         return raw
-    return str(doc.get("contents", "")) if isinstance(doc, dict) else raw
+    if not isinstance(doc, dict):
+        return raw
+    if "contents" in doc:
+        return str(doc["contents"])
+    return " ".join(str(doc.get(key) or "") for key in ("title", "text")).strip()
 
 
 def _top(scores: np.ndarray, k: int) -> TopK:

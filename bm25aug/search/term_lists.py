@@ -45,7 +45,7 @@ def check_term_list(terms, max_terms: int) -> dict[str, float]:
     if not isinstance(terms, dict) or not terms:
         raise UserError(f"terms must be a non-empty object of term weights; {FIX}")
     if len(terms) > max_terms:
-        raise UserError(f"the term list has {len(terms):,} terms, over this server's limit of {max_terms:,} "
+        raise UserError(f"the term list has {len(terms):,} terms, over the limit of {max_terms:,} "
                         f"(Lucene's clause limit); fix: send the {max_terms:,} heaviest")
     checked = {}
     for term, weight in terms.items():
@@ -62,8 +62,6 @@ def check_term_list(terms, max_terms: int) -> dict[str, float]:
         raise UserError("no term has a weight above 0, so nothing would be searched; fix: give at least one "
                         "term a positive weight")
     return checked
-
-
 
 
 def read_term_lists(path) -> dict[str, dict[str, float]]:
@@ -95,10 +93,14 @@ def read_term_lists(path) -> dict[str, dict[str, float]]:
                             f"run cannot hold; fix: give that query an id without spaces, tabs, newlines or control characters")
         if qid in lists:
             raise UserError(f"{where}: query id {qid!r} is given twice; fix: give each term list its own id")
+        if not row["vector"]:  # a query with no terms (all stopwords, or all pruned): no hits, as from the model
+            lists[qid] = {}
+            continue
         try:
             lists[qid] = check_term_list(row["vector"], MAX_CLAUSES)
         except UserError as e:
             raise UserError(f"{where}: {e}") from None
-    if not lists:
-        raise UserError(f"{path} holds no term lists; fix: pass the JSONL that bm25aug export writes")
+    if not any(lists.values()):
+        raise UserError(f"{path} holds no term to search (no line, or only empty vectors); fix: pass the JSONL that "
+                        f"bm25aug export writes")
     return lists

@@ -19,7 +19,7 @@ from bm25aug import recipes
 from bm25aug.errors import UserError
 from bm25aug.lucene.reader import B, K1
 from bm25aug.limits import check_all, check_choice
-from bm25aug.model.config import POOLINGS, QUERY_SIDES, TARGETS, AugmenterConfig
+from bm25aug.model.config import CONFIG_NAME, POOLINGS, QUERY_SIDES, TARGETS, AugmenterConfig
 
 NEGATIVES = ("bm25", "dpr")
 AUG_INITS = ("embeddings", "centered", "random")
@@ -27,7 +27,22 @@ DEVICES = ("auto", "cpu", "cuda")  # bm25aug.train.trainer.resolve_device
 _MODEL = AugmenterConfig()
 # Settings that shape a new model; --init-from brings its model's own instead.
 MODEL_SETTINGS = ("encoder", "encoder_layers", "query_side", "use_weights", "use_augmentation", "max_query_length", "pooling",
-                  "weight_floor", "aug_threshold", "aug_layer", "aug_init", "feedback_terms")
+                  "weight_floor", "aug_threshold", "aug_layer", "aug_init", "feedback_terms", "expansion_terms")
+# What a static table has no use for: the encoder's settings (a recipe's among them are dropped for it).
+ENCODER_SETTINGS = ("encoder_layers", "feedback_terms", "pooling", "aug_init", "aug_layer", "max_query_length", "lr",
+                    "head_lr")
+
+
+def _init_side(init_from: str) -> str | None:
+    """The query side of the model --init-from names (a model folder or a run folder with best/);
+    None when it cannot be read here (training's load says why)."""
+    for folder in (Path(init_from), Path(init_from) / "best"):
+        if (folder / CONFIG_NAME).is_file():
+            try:
+                return AugmenterConfig.load(folder).query_side
+            except UserError:
+                return None
+    return None
 
 
 def arg(default, help: str, flag: str | None = None, choices: tuple | None = None, cli: bool = True, **kw):
@@ -139,20 +154,21 @@ class TrainConfig:
                                 f"fix: leave {flag} out, or train from the pretrained encoder without --init-from")
 
     def _check_query_side(self) -> None:
-        """Settings that mean nothing for the query side asked for are refused, not ignored: the
-        encoder's for a static table, the table's for an encoder."""
+        """Settings that mean nothing for the query side trained are refused, not ignored: the
+        encoder's for a static table, the table's for an encoder. With --init-from, the side is that
+        model's, read from its folder."""
         defaults = {f.name: f.default for f in fields(self)}
-        if self.query_side == "static":
-            unused = ["encoder_layers", "feedback_terms", "pooling", "aug_init", "aug_layer", "max_query_length", "lr",
-                      "head_lr"]
-            why = "--query-side static has no encoder"
-        elif self.init_from:
-            return  # the model --init-from names brings its own query side
-        else:
-            unused, why = ["expansion_terms", "table_lr"], f"--query-side {self.query_side} has no static table"
+        side = _init_side(self.init_from) if self.init_from else self.query_side
+        if side is None:
+            return  # an --init-from folder this cannot read: loading it says why
+        lacks = "no encoder" if side == "static" else "no static table"
+        unused = ENCODER_SETTINGS if side == "static" else ("expansion_terms", "table_lr")
+        why = (f"--init-from {self.init_from} is a {side} model, with {lacks}" if self.init_from
+               else f"--query-side {side} has {lacks}")
         if bad := next((n for n in unused if getattr(self, n) != defaults[n]), None):
             flag = f"--{bad.replace('_', '-')} {getattr(self, bad)}"
-            raise UserError(f"{why}, so {flag} means nothing for it; fix: drop {flag}, or train the other query side")
+            raise UserError(f"{why}, so {flag} (on the command line or in its recipe) means nothing for it; fix: "
+                            f"drop {flag}, or train the other query side")
 
     def _check_feedback(self) -> None:
         """What learned feedback cannot be combined with."""
@@ -174,7 +190,12 @@ class TrainConfig:
         for name in (recipes.for_dataset(dataset), recipe):
             if name:
                 values.update(recipes.settings(name))
-        values.update({k: v for k, v in overrides.items() if v is not None})
+        given = {k: v for k, v in overrides.items() if v is not None}
+        merged = {**values, **given}
+        side = _init_side(merged["init_from"]) if merged.get("init_from") else merged.get("query_side")
+        if side == "static":  # a recipe's encoder settings: not for a table
+            values = {k: v for k, v in values.items() if k not in ENCODER_SETTINGS}
+        values.update(given)
         unknown = values.keys() - {f.name for f in fields(cls)}
         if unknown:
             raise UserError(f"unknown training settings {sorted(unknown)}; fix: see `bm25aug train --help`")
