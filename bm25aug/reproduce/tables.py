@@ -78,6 +78,8 @@ def _cell(condition, metric: str) -> str:
     value = values[metric]
     if metric == "corpus_encode_s":
         return f"{value:,.0f}"
+    if metric.endswith("_p") and 0 < value < 1e-4:  # a p-value far below any level: its order of magnitude
+        return f"{value:.0e}"
     return f"{value:.1f}" if metric in ("aug_terms_mean", "latency_ms_p50") else f"{value:.4f}"
 
 
