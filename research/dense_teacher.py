@@ -2,7 +2,7 @@
 sentence pairs, teach query weights that carry over to a corpus left out of training?
 
     python research/dense_teacher.py [--dense-temperature 0.05] TRAIN.PY-OPTIONS
-    python research/dense_teacher.py --dataset nfcorpus squad --recipe general \
+    python research/dense_teacher.py --dataset nfcorpus squad --recipe general3 \
         --output-dir runs/general/loo-dense/no-scifact --resume
 
 The general recipe's folds learn too little from two small corpora to help the third

@@ -137,7 +137,9 @@ def test_the_train_command_needs_data(capsys):
     from bm25aug import recipes
     from bm25aug.cli import main
 
-    assert recipes.datasets("general") == ["scifact", "nfcorpus", "squad"]
+    assert recipes.datasets("general3") == ["scifact", "nfcorpus", "squad"]
+    assert recipes.datasets("general") == ["scifact", "nfcorpus", "squad", "squadshifts-wiki", "squadshifts-reddit",
+                                           "squadshifts-amazon", "medquad"]
     assert recipes.datasets("scifact") == []
     assert main(["train", "--recipe", "scifact"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
