@@ -17,6 +17,10 @@ from bm25aug.errors import UserError
 
 JAVA_INT_MAX = 2**31 - 1
 MAX_CLAUSES = 1 << 16  # Lucene's clause limit as the JVM is set up (bm25aug.lucene.jvm); its default is 1,024
+# The largest weight a term of a weighted query may have: far above any model's (SPLADE's run to a
+# few hundred), far below what overflows Lucene's 32-bit score (weight x BM25's term score, summed
+# over up to MAX_CLAUSES terms; a boost near 3.4e38 made scores infinite and hits unreadable).
+MAX_TERM_WEIGHT = 1e6
 # Analyzed, a query of at most this many characters has at most as many distinct terms; with
 # the most terms a model adds (a few thousand), that stays below the clause limit the JVM is set
 # to (MAX_CLAUSES), past which Lucene raises TooManyClauses.

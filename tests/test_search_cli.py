@@ -112,6 +112,7 @@ def test_a_term_list_export_left_empty_is_a_query_without_hits(tiny_wp, tmp_path
     ('{"id": "q1", "vector": []}', "expected"),
     ('{"id": "q1", "vector": {"cat": -1}}', "the weight of 'cat'"),
     ('{"id": "q1", "vector": {"cat": NaN}}', "the weight of 'cat'"),
+    ('{"id": "q1", "vector": {"cat": 3.4e38}}', "from 0 to 1e+06"),
     ('{"id": "q1", "vector": {"two words": 1}}', "whitespace"),
     ('{"id": "q 1", "vector": {"cat": 1}}', "holds whitespace"),
     ('{"vector": {"cat": 1}}', "expected"),

@@ -21,14 +21,13 @@ import numpy as np
 
 from bm25aug.errors import UserError
 from bm25aug.lucene.index import IndexMeta, check_vocab
-from bm25aug.limits import check_query
+from bm25aug.limits import MAX_TERM_WEIGHT, check_query
 from bm25aug.lucene.ranking import EMPTY, TopK
 from bm25aug.lucene.reader import ANALYZED, B, FIELD, K1, MULTIFIELD_WEIGHTS, WEIGHTED, LuceneIndex, check_fields
 from bm25aug.search.batch import check_qids, search_chunks
 from bm25aug.model.tokenization import load_tokenizer, query_term_counts
 
 log = logging.getLogger(__name__)
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class Hit(NamedTuple):
@@ -186,7 +185,7 @@ def check_terms(terms: dict[str, float]) -> None:
         return
     try:
         weights = terms.values()
-        if ("" not in terms and math.isfinite(sum(weights)) and 0 <= min(weights) and max(weights) < _FLOAT32_MAX
+        if ("" not in terms and math.isfinite(sum(weights)) and 0 <= min(weights) and max(weights) <= MAX_TERM_WEIGHT
                 and all(type(t) is str for t in terms)):
             return
     except TypeError:
@@ -195,9 +194,9 @@ def check_terms(terms: dict[str, float]) -> None:
         if not isinstance(term, str) or not term:
             raise UserError(f"term {term!r} is not a non-empty string; fix: pass {{term: weight}} with string terms")
         if (isinstance(weight, bool) or not isinstance(weight, (int, float, np.floating)) or not np.isfinite(weight)
-                or not 0 <= weight < _FLOAT32_MAX):
-            raise UserError(f"the weight of {term!r} is {weight!r}; fix: pass a number from 0 to 3.4e38 (Lucene "
-                            f"keeps boosts as 32-bit floats, and a negative one is no boost)")
+                or not 0 <= weight <= MAX_TERM_WEIGHT):
+            raise UserError(f"the weight of {term!r} is {weight!r}; fix: pass a number from 0 to {MAX_TERM_WEIGHT:g} "
+                            f"(a larger boost overflows Lucene's 32-bit scores, and a negative one is no boost)")
 
 
 def to_hits(docids: np.ndarray, top: TopK) -> list[Hit]:

@@ -8,8 +8,8 @@ a term that no document holds (``Durability`` on a flat index, whose terms are l
 error: it matches nothing, as in Lucene. What no index term can be is refused: a term with
 whitespace or a control character (both analyzers split on those), one that is not valid
 Unicode, or one longer than Lucene's longest term. So is a list Lucene would refuse or misread: empty,
-more terms than ``max_terms`` (Lucene's clause limit), or a weight that is not a finite number
-from 0 up (a boost is a 32-bit float; a negative one is no boost).
+more terms than ``max_terms`` (Lucene's clause limit), or a weight that is not a number from 0 to
+``MAX_TERM_WEIGHT`` (a larger boost overflows Lucene's 32-bit scores; a negative one is no boost).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import math
 import unicodedata
 
 from bm25aug.errors import UserError
+from bm25aug.limits import MAX_TERM_WEIGHT
 
 MAX_TERM_BYTES = 32_766  # Lucene's IndexWriter.MAX_TERM_LENGTH: no index holds a longer term
-FLOAT32_MAX = 3.4028234663852886e38
 FIX = ("fix: send the index's own terms as {term: weight}, e.g. {\"durabl\": 1.5} on a flat index "
        "(GET /v1/{index}/augment shows a query's)")
 
@@ -54,9 +54,9 @@ def check_term_list(terms, max_terms: int) -> dict[str, float]:
         if why := _unfit(term):
             raise UserError(f"term {term[:80]!r} {why}; {FIX}")
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) \
-                or not 0 <= weight < FLOAT32_MAX:
-            raise UserError(f"the weight of {term!r} is {weight!r}; fix: pass a number from 0 to 3.4e38 "
-                            f"(Lucene keeps boosts as 32-bit floats; 0 drops the term)")
+                or not 0 <= weight <= MAX_TERM_WEIGHT:
+            raise UserError(f"the weight of {term!r} is {weight!r}; fix: pass a number from 0 to {MAX_TERM_WEIGHT:g} "
+                            f"(a larger boost overflows Lucene's 32-bit scores; 0 drops the term)")
         checked[term] = float(weight)
     if not any(w > 0 for w in checked.values()):
         raise UserError("no term has a weight above 0, so nothing would be searched; fix: give at least one "

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from bm25aug.limits import JAVA_INT_MAX
-from bm25aug.search.term_lists import FLOAT32_MAX
+from bm25aug.limits import MAX_TERM_WEIGHT
 
 
 class QueryText(BaseModel):
@@ -36,7 +36,7 @@ class TermsQuery(BaseModel):
     """A weighted query: the index's own terms with their weights, searched as Lucene boosts."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    terms: dict[str, Annotated[float, Field(ge=0, lt=FLOAT32_MAX, allow_inf_nan=False)]] = Field(
+    terms: dict[str, Annotated[float, Field(ge=0, le=MAX_TERM_WEIGHT, allow_inf_nan=False)]] = Field(
         min_length=1, description="{term: weight}: the index's terms as they are, not analyzed (a flat index holds "
                                   "the English analyzer's stems, e.g. 'durabl'); a term no document holds matches "
                                   "nothing; at least one weight above 0",
