@@ -82,6 +82,9 @@ def test_the_default_student_is_contextual_and_init_from_starts_from_a_folder(ti
         _adapt(tiny_wp, tmp_path / "third", "--table-lr", "0.2")
     with pytest.raises(UserError, match=r"adapt settings that differ from the saved run \(--mix 0.5 then, 0.25 now\)"):
         _adapt(tiny_wp, tmp_path / "first", "--significance", "0", "--mix", "0.25", "--resume")
+    (tmp_path / "first" / "adapt_settings.json").write_text("{not json")
+    with pytest.raises(UserError, match="adapt_settings.json is damaged"):
+        _adapt(tiny_wp, tmp_path / "first", "--significance", "0", "--resume")
 
 
 def test_the_gates_run_leaves_out_the_pseudo_querys_own_document():

@@ -12,7 +12,6 @@ epochs, the gate). The model is ``DIR/best``, loaded as any trained model.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import resource
 import time
@@ -89,7 +88,9 @@ def check_resumed_settings(file: Path, adapt: AdaptConfig, resume: bool) -> None
     are checked by the trainer)."""
     if not (resume and file.is_file()):
         return
-    saved, now = json.loads(file.read_text(encoding="utf-8")), asdict(adapt)
+    from bm25aug.train.run_folder import read_json
+
+    saved, now = read_json(file), asdict(adapt)
     if differ := [k for k in now if saved.get(k) != now[k]]:
         flags = ", ".join(f"--{k.replace('_', '-')} {saved.get(k)} then, {now[k]} now" for k in differ)
         raise UserError(f"--resume with adapt settings that differ from the saved run ({flags}); fix: rerun with the "
