@@ -19,7 +19,7 @@ from bm25aug import recipes
 from bm25aug.errors import UserError
 from bm25aug.lucene.reader import B, K1
 from bm25aug.limits import check_all, check_choice
-from bm25aug.model.config import CONFIG_NAME, POOLINGS, QUERY_SIDES, TARGETS, AugmenterConfig
+from bm25aug.model.config import POOLINGS, QUERY_SIDES, TARGETS, AugmenterConfig
 
 NEGATIVES = ("bm25", "dpr")
 AUG_INITS = ("embeddings", "centered", "random")
@@ -34,15 +34,14 @@ ENCODER_SETTINGS = ("encoder_layers", "feedback_terms", "pooling", "aug_init", "
 
 
 def _init_side(init_from: str) -> str | None:
-    """The query side of the model --init-from names (a model folder or a run folder with best/);
-    None when it cannot be read here (training's load says why)."""
-    for folder in (Path(init_from), Path(init_from) / "best"):
-        if (folder / CONFIG_NAME).is_file():
-            try:
-                return AugmenterConfig.load(folder).query_side
-            except UserError:
-                return None
-    return None
+    """The query side of the model --init-from names (a model folder or a run folder with best/, as
+    training resolves it); None when it cannot be read here (training's load says why)."""
+    from bm25aug.eval.checkpoints import resolve_checkpoint
+
+    try:
+        return AugmenterConfig.load(resolve_checkpoint(init_from, "", transfer=False)).query_side
+    except UserError:
+        return None
 
 
 def arg(default, help: str, flag: str | None = None, choices: tuple | None = None, cli: bool = True, **kw):
