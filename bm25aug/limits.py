@@ -21,6 +21,11 @@ MAX_CLAUSES = 1 << 16  # Lucene's clause limit as the JVM is set up (bm25aug.luc
 # few hundred), far below what overflows Lucene's 32-bit score (weight x BM25's term score, summed
 # over up to MAX_CLAUSES terms; a boost near 3.4e38 made scores infinite and hits unreadable).
 MAX_TERM_WEIGHT = 1e6
+# The smallest positive weight: a weight is searched as a float32 boost, and below float32's smallest
+# normal number (2^-126, 1.2e-38) it holds fewer digits, then none (under about 7e-46 it is 0, and the
+# term would be searched with no weight at all). 0 itself drops the term. The rule is applied in one
+# place, bm25aug.search.term_lists.weight_unfit, for the library, REST, MCP and the CLI alike.
+MIN_TERM_WEIGHT = 2.0 ** -126
 # Analyzed, a query of at most this many characters has at most as many distinct terms; with
 # the most terms a model adds (a few thousand), that stays below the clause limit the JVM is set
 # to (MAX_CLAUSES), past which Lucene raises TooManyClauses.
@@ -128,10 +133,22 @@ def check(name: str, value, option: str | None = None):
 
 
 def run_id_ok(value: str) -> bool:
-    """Whether an id can stand in a TREC run or qrels line, which split on whitespace, and in the
-    fixed-width id tables, which drop trailing NULs: no whitespace, no control character."""
-    return bool(value) and len(value.split()) == 1 and value.strip() == value \
-        and not any(ord(c) < 32 or ord(c) == 127 for c in value)
+    """Whether an id can stand in a TREC run or qrels line, which split on whitespace and are
+    written as UTF-8, and in the fixed-width id tables, which drop trailing NULs: no whitespace,
+    no control character, no lone surrogate (JSON's ``"\\ud800"``, which UTF-8 cannot hold)."""
+    if not (bool(value) and len(value.split()) == 1 and value.strip() == value
+            and not any(ord(c) < 32 or ord(c) == 127 for c in value)):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+# What a run_id_ok failure says, and its fix: "query id 'x' " + ID_RULE.
+ID_RULE = ("is empty, holds whitespace or a control character, or is not valid Unicode (a lone surrogate), none of "
+           "which a TREC run or qrels line can hold; fix: give it an id of printable characters without spaces")
 
 
 def check_choice(what: str, value, choices: tuple) -> str:

@@ -8,7 +8,7 @@ import pytest
 from bm25aug.data.registry import load_dataset
 from bm25aug.lucene.index import ensure_index
 from bm25aug.lucene.ranking import PAIRS, anserini_scores, anserini_top
-from bm25aug.lucene.reader import weighted_query_string
+from bm25aug.lucene.term_query import query_syntax
 from bm25aug.search.bm25 import BM25Searcher
 from conftest import write_beir
 from test_export import plain_pyserini_search
@@ -63,8 +63,8 @@ def test_weighted_terms_are_not_parsed_as_operators(tiny_wp):
     terms = {".": 0.3, ",": 1.7, "##rred": 0.123456789, "cat": 2.0, "the": 1e-7, "and": 0.5}
     ours = [(h.docid, h.score) for h in searcher.search_terms(terms, 8)]
     assert ours == plain_pyserini_search(wp, terms, 8)
-    assert weighted_query_string({"a:b": 1.0, "AND": 2.0, "(x)": 0.5}) == "a\\:b^1 \\AND^2 \\(x\\)^0.5"
-    assert weighted_query_string({"cat": 0.1}) == "cat^0.1" and weighted_query_string({"cat": 0.0}) == ""
+    assert query_syntax({"a:b": 1.0, "AND": 2.0, "(x)": 0.5}) == "a\\:b^1 \\AND^2 \\(x\\)^0.5"
+    assert query_syntax({"cat": 0.1}) == "cat^0.1" and query_syntax({"cat": 0.0}) == ""
 
 
 def test_score_rounding_matches_anserini_on_handmade_ties():

@@ -597,7 +597,7 @@ def test_api_term_lists_and_numpy_depths(tiny_wp):
     _, _, flat = tiny_wp
     searcher = BM25Searcher(flat)
     assert searcher.search("cat", k=np.int64(3)) == searcher.search("cat", k=3)
-    for terms, message in (({"cat": float("inf")}, "the weight of 'cat' is inf"), ({"": 1.0}, "term '' is not")):
+    for terms, message in (({"cat": float("inf")}, "the weight of 'cat' is inf"), ({"": 1.0}, "term '' is empty")):
         with pytest.raises(UserError, match=message):
             searcher.search_terms(terms)
 

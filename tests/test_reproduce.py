@@ -20,7 +20,7 @@ def test_every_generated_table_agrees_with_its_data():
     for name in ("headline", "scifact", "targets", "scifact-ablations", "scifact-sweep", "nfcorpus-squad", "general",
                  "feedback"):
         assert f"<!-- reproductions:{name} -->" in blocks
-    for name in ("speed", "throughput", "encoders", "scale", "serve", "two-core", "two-core-nolayer"):
+    for name in ("speed", "throughput", "encoders", "scale", "serve", "two-core", "two-core-nolayer", "term-lists"):
         assert f"<!-- bench:{name} -->" in blocks
     assert "<!-- reproductions:headline -->" in README.read_text() and "<!-- bench:throughput -->" in README.read_text()
 

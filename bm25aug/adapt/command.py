@@ -44,7 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                            "corpus is read")
     source.add_argument("--corpus", help="a corpus file: BEIR corpus.jsonl, DPR passages.tsv or MS MARCO "
                                          "collection.tsv")
-    source.add_argument("--index", help="a stock flat Lucene index with its documents stored (-storeRaw)")
+    source.add_argument("--index", help="a stock flat Lucene index (Lucene's English analyzer) that stores its "
+                                        "documents and their term vectors: Anserini's -storeRaw and -storeDocvectors")
     p.add_argument("--output-dir", required=True, help="the run folder; the adapted model is DIR/best")
     p.add_argument("--init-from", help="start from this trained model (e.g. the general model), not the pretrained "
                                        "encoder")
@@ -73,10 +74,11 @@ def adapt_config(args: argparse.Namespace) -> AdaptConfig:
 
 def train_config(args: argparse.Namespace, name: str):
     """The ``TrainConfig`` of the training step: adapt's ``TRAIN_SETTINGS`` under the flags given."""
-    from bm25aug.train.arguments import TrainConfig
+    from bm25aug.train.arguments import TrainConfig, check_asked_side
 
     given = {k: getattr(args, k) for k in [*_TRAIN_FLAGS, "device", "init_from", "query_side"]
              if getattr(args, k, None) is not None}
+    check_asked_side(given.get("query_side"), given.get("init_from"))
     settings = dict(TRAIN_SETTINGS)
     if not given.get("init_from"):  # a new model: adapt's query side unless told otherwise
         settings["query_side"] = given.get("query_side", QUERY_SIDE)
@@ -125,6 +127,9 @@ def run(args: argparse.Namespace) -> None:
         raise UserError(f"{out} already holds an adapted model; fix: pass a new --output-dir, or --resume")
     adapt = adapt_config(args)
     train_config(args, "corpus")  # every setting checked before any work
+    from bm25aug.adapt.preflight import check_before_work
+
+    check_before_work(args, out, out / SETTINGS_FILE)  # and the output folder, and what --resume needs
     check_resumed_settings(out / SETTINGS_FILE, adapt, args.resume)
     steps, start = Steps(), time.perf_counter()
     with steps.step("index"):

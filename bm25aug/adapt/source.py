@@ -96,6 +96,17 @@ def _document(raw: str | None) -> Document:
     return Document("", raw or "")
 
 
+def corpus_dataset(file: Path) -> Dataset:
+    """A corpus file as a dataset, named after its folder (or file) and its fingerprint, so that its
+    index never replaces that of a dataset, or of another corpus file, with the same name (an index
+    whose corpus changed is rebuilt: ``ensure_index``)."""
+    from bm25aug.lucene.index import corpus_fingerprint
+
+    name = (file.parent.name if file.stem in _GENERIC_STEMS else file.stem) or "corpus"
+    layout = file_layout(file)
+    return FileDataset(f"{name}-{corpus_fingerprint(FileDataset(name, file, layout))[:10]}", file, layout)
+
+
 def resolve(dataset: str | None, corpus: str | None, index: str | None, data_dir: str | None = None,
             index_root: str | None = None, threads: int | None = None) -> Source:
     """The one corpus named (exactly one of ``dataset``, ``corpus``, ``index``) and its flat index."""
@@ -112,6 +123,12 @@ def resolve(dataset: str | None, corpus: str | None, index: str | None, data_dir
             raise UserError(f"--index {index} is a {meta.flavor} index, and adapt fits a model for a flat one; fix: "
                             f"pass a flat index (Lucene's English analyzer, as Pyserini's BEIR and MS MARCO ones)")
         opened = LuceneIndex(index)
+        from bm25aug.lucene.doc_terms import DocTermReader
+
+        if not DocTermReader(opened, pretokenized=False).has_vectors:  # training reads each document's terms
+            raise UserError(f"--index {index} stores no document vectors, which adapt reads each document's terms "
+                            f"from; fix: rebuild it with Anserini's -storeDocvectors (and -storeRaw), or pass "
+                            f"--dataset/--corpus")
         return Source(Path(index).name.removesuffix(".flat"), IndexCorpus(opened), Path(index), Path(index))
     from bm25aug.lucene.index import ensure_index
 
@@ -120,8 +137,7 @@ def resolve(dataset: str | None, corpus: str | None, index: str | None, data_dir
         if not file.is_file():
             raise UserError(f"--corpus {corpus} is not a file; fix: pass a corpus.jsonl, passages.tsv or "
                             f"collection.tsv")
-        name = file.parent.name if file.stem in _GENERIC_STEMS else file.stem
-        ds: Dataset = FileDataset(name or "corpus", file, file_layout(file))
+        ds: Dataset = corpus_dataset(file)
     else:
         ds = load_dataset(dataset, data_dir)
     return Source(ds.name, ds.corpus, ensure_index(ds, "flat", index_root, threads=threads), ds.path)

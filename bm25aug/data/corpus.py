@@ -26,7 +26,7 @@ import numpy as np
 
 from bm25aug.errors import UserError
 from bm25aug.io import decode_line
-from bm25aug.limits import check_text, run_id_ok
+from bm25aug.limits import ID_RULE, check_text, run_id_ok
 from bm25aug.progress import progress
 
 log = logging.getLogger(__name__)
@@ -85,9 +85,7 @@ def _checked(docid: str, doc: Document, line: str, where: str) -> bytes:
         for text in (docid, doc.title, doc.text):
             check_text(text, where)
     if not run_id_ok(docid):
-        raise UserError(f"{where}: document id {docid!r} is empty or holds whitespace or a control character, which "
-                        f"TREC run and qrels files cannot hold; fix: give that document an id without spaces, tabs, "
-                        f"newlines or control characters")
+        raise UserError(f"{where}: document id {docid!r} {ID_RULE}")
     return docid.encode("utf-8")
 
 

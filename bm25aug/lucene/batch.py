@@ -3,11 +3,11 @@
 A batch is one Java task, ``texts.parallelStream().map(search).toArray()`` run inside a
 ``ForkJoinPool`` of ``threads`` workers (a parallel stream forks into the pool it runs in).
 ``search`` is a ``java.util.function.Function`` that ``MethodHandleProxies`` makes from
-``java.lang.invoke`` handles: build the query from its text, search, and pack the hits into one
-``byte[]`` (``bm25aug.lucene.reader._search_handle``). Two kinds of text (``reader.ANALYZED``,
-``reader.WEIGHTED``): a query for Anserini's bag of words on the English analyzer (what Pyserini's
-bm25-flat does), or ``term^boost`` clauses read by a ``QueryParser`` made for each query (a parser
-is not thread-safe; making one in Java costs microseconds).
+``java.lang.invoke`` handles: build the query, search, and pack the hits into one ``byte[]``
+(``bm25aug.lucene.reader._search_handle``). Three kinds of item (``reader.ANALYZED``,
+``reader.TERMS``, ``reader.FIELD_TERMS``): a query text for Anserini's bag of words on the
+English analyzer (what Pyserini's bm25-flat does), or a weighted term list's arrays, built into
+boosted term clauses on ``contents`` or on each of its fields (``bm25aug.lucene.term_query``).
 
 So Python crosses into Java a handful of times per batch, whatever its size, and Lucene's work on
 every thread runs without the GIL: Python may encode the next chunk meanwhile. Python waits by
@@ -33,7 +33,8 @@ import numpy as np
 
 from bm25aug.lucene.jvm import JNI_LOCK, jclass, process_wide
 from bm25aug.lucene.ranking import EMPTY, PAIRS, TopK, anserini_top
-from bm25aug.lucene.reader import ANALYZED, FIELD, WEIGHTED, LuceneIndex, java, search_error
+from bm25aug.lucene import term_query
+from bm25aug.lucene.reader import ANALYZED, FIELD, FIELD_TERMS, TERMS, LuceneIndex, java, search_error
 
 _POLL_S, _POLL_MAX_S = 0.0005, 0.002  # a waiting batch's shortest and longest sleep
 
@@ -48,14 +49,11 @@ class _Handles:
         lookup = h.publicLookup()
         string, analyzer = cls.forName("java.lang.String"), cls.forName("org.apache.lucene.analysis.Analyzer")
         query = cls.forName("org.apache.lucene.search.Query")
-        parser = cls.forName("org.apache.lucene.queryparser.classic.QueryParser")
         generator = cls.forName("io.anserini.search.query.BagOfWordsQueryGenerator")
         analyzed = _bind(h, lookup.findVirtual(generator, "buildQuery", mt.methodType(query, [string, analyzer, string])),
                          j.bag_of_words, FIELD, j.english)
-        new_parser = _bind(h, lookup.findConstructor(parser, mt.methodType(jclass("java.lang.Void").TYPE, [string, analyzer])),
-                           FIELD, j.whitespace)
-        weighted = h.collectArguments(lookup.findVirtual(parser, "parse", mt.methodType(query, [string])), 0, new_parser)
-        self.to_query = {ANALYZED: analyzed, WEIGHTED: weighted}  # (String) -> Query
+        # (item) -> Query: a query text, or a term list's element (term_query.element)
+        self.to_query = {ANALYZED: analyzed, TERMS: term_query.handle(FIELD), FIELD_TERMS: term_query.handle(None)}
         self.h, self.search = h, j.search
         self.function_type, self.callable = cls.forName("java.util.function.Function"), cls.forName("java.util.concurrent.Callable")
         self.proxies = jclass("java.lang.invoke.MethodHandleProxies")
@@ -70,8 +68,9 @@ class _Handles:
         self._pools: dict[tuple[int, bool], object] = {}
 
     def function(self, searcher, kind: str, n: int):
-        """The ``Function`` (query text) -> packed top n of ``searcher``: the search handle with
-        its searcher and depth bound, the text made a query of ``kind`` first."""
+        """The ``Function`` (item) -> packed top n of ``searcher``: the search handle with its
+        searcher and depth bound, the item (a query text, or a term list's arrays) made a query of
+        ``kind`` first."""
         h = self.h
         search = h.filterArguments(_bind(h, h.insertArguments(self.search, 2, self.integer(n)), searcher), 0,
                                    self.to_query[kind])
@@ -98,7 +97,7 @@ handles = process_wide(_Handles)  # () -> _Handles
 
 
 def search_function(index: LuceneIndex, kind: str, n: int):
-    """``index``'s search ``Function`` for texts of ``kind`` and depth ``n``, made once and kept on
+    """``index``'s search ``Function`` for items of ``kind`` and depth ``n``, made once and kept on
     the index: one made per batch is new code that the JIT compiles again (its C2 compiler then
     took most of a core)."""
     key = (kind, n)
@@ -109,10 +108,10 @@ def search_function(index: LuceneIndex, kind: str, n: int):
 
 
 class JavaBatch:
-    """Search ``texts`` with ``function`` (``search_function``) on ``threads`` Java threads,
-    started at once; ``result()`` returns each query's packed hits (``reader.PAIRS`` bytes)."""
+    """Search ``texts`` (query texts, or term lists' elements, as ``function`` takes them:
+    ``search_function``) on ``threads`` Java threads, started at once; ``result()`` returns each query's packed hits (``reader.PAIRS`` bytes)."""
 
-    def __init__(self, function, texts: list[str], threads: int, deeper: bool = False):
+    def __init__(self, function, texts: list, threads: int, deeper: bool = False):
         from jnius import cast
 
         j = handles()

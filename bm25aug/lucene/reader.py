@@ -31,6 +31,7 @@ import numpy as np
 from bm25aug.errors import UserError
 from bm25aug.lucene.jvm import JNI_LOCK, anserini_jar, jclass, process_wide
 from bm25aug.limits import MAX_CLAUSES, check
+from bm25aug.lucene import term_query
 from bm25aug.lucene.ranking import EMPTY, PAIRS, TopK, anserini_top
 # The id table lives in bm25aug.lucene.docids; its names are re-exported here for the callers that read them.
 from bm25aug.lucene.docids import DOCIDS_FILE, ID_FIELD, commit_key, read_docids, stored_values  # noqa: F401
@@ -41,11 +42,11 @@ TITLE_FIELD = "title"  # a multifield index's second field (Anserini's BeirMulti
 MULTIFIELD_WEIGHTS = {FIELD: 1.0, TITLE_FIELD: 1.0}
 RAW_FIELD = "raw"  # the document as Anserini stored it (-storeRaw): what the server returns with hits
 K1, B = 0.9, 0.4  # BM25 as Anserini's BEIR regressions run it: the default everywhere
-ANALYZED, WEIGHTED = "analyzed", "weighted"  # query texts: Anserini's bag of words, or term^boost clauses
+# What the Java pool searches (bm25aug.lucene.batch): a query text for Anserini's bag of words, or a weighted
+# term list's structure (bm25aug.lucene.term_query.element) on contents alone or on each of several fields.
+ANALYZED, TERMS, FIELD_TERMS = "analyzed", "terms", "field-terms"
 TIE_MARGIN = 64  # extra hits fetched so that a tie across the k-th place is resolved by external id, mostly without
 # a second search (research/thread_cpu.py counts the SciFact queries that need one: 23 of 300 with 16, none with 64)
-_SPECIAL = re.compile(r'([\\+\-!():^\[\]"{}~*?|&/\s])')
-_KEYWORDS = {"AND", "OR", "NOT"}
 
 
 class _Java:
@@ -55,8 +56,6 @@ class _Java:
         with JNI_LOCK:
             cls = jclass("java.lang.Class")
             self.Integer = jclass("java.lang.Integer")
-            self.QueryParser = jclass("org.apache.lucene.queryparser.classic.QueryParser")
-            self.whitespace = jclass("org.apache.lucene.analysis.core.WhitespaceAnalyzer")()
             self.bag_of_words = jclass("io.anserini.search.query.BagOfWordsQueryGenerator")()
             self.english = jclass("io.anserini.index.IndexCollection").DEFAULT_ANALYZER
             self.search = _search_handle(cls, self.Integer.TYPE)
@@ -64,15 +63,6 @@ class _Java:
             self.search_warm, self.analyzed_warm = False, {}  # analyzed: {one field?: warm}
             self.BM25 = jclass("org.apache.lucene.search.similarities.BM25Similarity")
         self._integers: dict[int, object] = {}
-        self._parsers: dict[str, object] = {}
-
-    def parser(self, field: str):
-        """Lucene's classic ``QueryParser`` on ``field`` with the whitespace analyzer, made once per
-        field (half the cost of a parse was making the parser). It is not thread-safe: call it,
-        and use what it returns, under ``JNI_LOCK``."""
-        if (parser := self._parsers.get(field)) is None:
-            parser = self._parsers[field] = self.QueryParser(field, self.whitespace)
-        return parser
 
     def integer(self, n: int):
         """A ``java.lang.Integer``, made once per value (search asks for the same few depths)."""
@@ -118,34 +108,6 @@ def _search_handle(cls, int_type):
 
 
 java = process_wide(_Java)  # () -> _Java
-
-
-def escape_term(term: str) -> str:
-    """A term as Lucene's classic QueryParser reads it back verbatim (no operators, no wildcards)."""
-    escaped = _SPECIAL.sub(r"\\\1", term)
-    return "\\" + escaped if escaped in _KEYWORDS else escaped
-
-
-def _boost(weight: float) -> str:
-    """The shortest decimal of the float32 value, which Java parses back to the same float that a
-    ``BoostQuery`` built from Python would hold (whole numbers, BM25's query-term counts, as is)."""
-    if weight == int(weight) and weight < 2**24:
-        return str(int(weight))
-    return np.format_float_positional(np.float32(weight), unique=True, trim="0")
-
-
-def weighted_query_string(terms: dict[str, float], fields: dict[str, float] | None = None) -> str:
-    """``term^boost`` clauses for Lucene's classic QueryParser, terms escaped so that none is read
-    as an operator or a wildcard. ``fields`` (``{field: weight}``, a multifield index): the clauses
-    once per field, each field's group boosted by its weight, ``(contents:t^w ...)^1 (title:t^w
-    ...)^1``: the query Pyserini's multifield search builds (``BagOfWordsQueryGenerator``)."""
-    if _SPECIAL.search("".join(terms)) is None and not _KEYWORDS & terms.keys():  # nothing to escape
-        clauses = [f"{t}^{_boost(w)}" for t, w in terms.items() if w > 0]
-    else:
-        clauses = [f"{escape_term(t)}^{_boost(w)}" for t, w in terms.items() if w > 0]
-    if not fields or not clauses:
-        return " ".join(clauses)
-    return " ".join(f"({' '.join(f'{field}:{c}' for c in clauses)})^{_boost(weight)}" for field, weight in fields.items())
 
 
 def check_fields(fields: dict[str, float] | None) -> dict[str, float] | None:
@@ -217,23 +179,20 @@ class LuceneIndex:
 
     # ---------------------------------------------------------------------------------- queries
     def weighted_query(self, terms: dict[str, float], fields: dict[str, float] | None = None):
-        """``BooleanQuery`` of ``BoostQuery(TermQuery(field:term), weight)`` on each searched field
-        (``weighted_text``); terms are not analyzed."""
-        return self._parse(self.weighted_text(terms, fields))
+        """The Java query of a checked weighted term list: one ``BoostQuery(TermQuery)`` per term
+        with a positive weight, on each searched field (``bm25aug.lucene.term_query``); terms are
+        not analyzed. None: no weight above 0, nothing to search."""
+        item = self.terms_element(terms, fields)
+        return None if item is None else term_query.build(item, FIELD)
 
-    def weighted_text(self, terms: dict[str, float], fields: dict[str, float] | None = None) -> str:
-        """The ``term^boost`` text of ``terms`` on ``fields`` (default: this index's; ``weighted_query_string``)."""
-        return weighted_query_string(terms, fields or self.fields)
+    def terms_element(self, terms: dict[str, float], fields: dict[str, float] | None = None) -> list | None:
+        """What the Java pool takes for ``terms`` on ``fields`` (default: this index's), searched as
+        ``terms_kind(fields)``; None: nothing to search."""
+        return term_query.element(terms, fields or self.fields)
 
-    def _parse(self, text: str, field: str = FIELD):
-        """``term^boost`` clauses as a Java query; one past the clause limit is one error line."""
-        from jnius import JavaException
-
-        try:
-            with JNI_LOCK:
-                return self.j.parser(field).parse(text)
-        except JavaException as e:
-            raise search_error(self.path, e) from None
+    def terms_kind(self, fields: dict[str, float] | None = None) -> str:
+        """The kind (``TERMS`` or ``FIELD_TERMS``) of ``terms_element(terms, fields)``."""
+        return FIELD_TERMS if fields or self.fields else TERMS
 
     def analyzed_query(self, text: str):
         """Pyserini's default query: the English analyzer's terms, boosted by count, on ``contents``
@@ -258,9 +217,10 @@ class LuceneIndex:
                 self._jfields = jfields
         return self._jfields
 
-    def query(self, kind: str, text: str):
-        """The Java query of a query text of ``kind`` (``bm25aug.lucene.batch``'s two kinds)."""
-        return self.analyzed_query(text) if kind == ANALYZED else self._parse(text)
+    def query(self, kind: str, item):
+        """The Java query of what the Java pool searches (``bm25aug.lucene.batch``): a query text
+        (``ANALYZED``) or a term list's element (``TERMS``, ``FIELD_TERMS``)."""
+        return self.analyzed_query(item) if kind == ANALYZED else term_query.build(item, FIELD)
 
     # ----------------------------------------------------------------------------------- search
     def raw_top(self, query, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -374,7 +334,9 @@ def damaged(index_dir: str | Path, error: Exception) -> UserError:
 
 
 def search_error(index_dir: str | Path, error: Exception) -> UserError:
-    """A search Lucene refused: too many query terms, else a damaged index."""
-    if "TooManyClauses" in str(error) or "TooManyClauses" in type(error).__name__:
+    """A search Lucene refused: too many query clauses (a query's own limit, checked before the search
+    by ``term_query.check_clauses``; nested ones count too), else a damaged index."""
+    everything = " ".join([getattr(error, "classname", None) or "", type(error).__name__, str(error)])
+    if "TooManyClauses" in everything or "TooManyNestedClauses" in everything:
         return UserError(f"the query has more distinct terms than Lucene's clause limit ({MAX_CLAUSES:,}); fix: shorten it")
     return damaged(index_dir, error)

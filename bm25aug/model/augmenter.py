@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from bm25aug.errors import UserError
-from bm25aug.model.config import CONFIG_NAME, PAPER_ENCODER, AugmenterConfig
+from bm25aug.model.config import CONFIG_NAME, PAPER_ENCODER, AugmenterConfig, finite
 from bm25aug.model.encoder import QueryEncoder
 from bm25aug.model.card import CARD_NAME, card_text
 from bm25aug.model.tokenization import hub_then_local, portable_name, vocab_hash
@@ -259,7 +259,7 @@ class QueryAugmenter(nn.Module, QueryEncoder):
         try:
             encoder = AutoModel.from_config(AutoConfig.from_pretrained(path / "encoder"))
             model = cls(config, encoder, AutoTokenizer.from_pretrained(path, use_fast=True))
-            model.load_state_dict(load_file(str(path / WEIGHTS_NAME)))
+            model.load_state_dict(finite(load_file(str(path / WEIGHTS_NAME)), path / WEIGHTS_NAME))
         except (SafetensorError, json.JSONDecodeError, TypeError, RuntimeError, OSError, ValueError) as e:
             raise UserError(f"checkpoint {path} is corrupt or incomplete ({type(e).__name__}: {str(e)[:120]}); "
                             f"fix: restore the folder from where it came, or train a new model "

@@ -25,6 +25,16 @@ TARGETS = ("wp", "flat")  # bm25aug.model.targets
 QUERY_SIDES = ("contextual", "static")
 
 
+
+def finite(state: dict, path) -> dict:
+    """A model's saved tensors, if every value is a finite number: a NaN or an infinity (a damaged
+    or hand-edited file) would drop or break terms at search time without a word. A ``ValueError``
+    otherwise, which the loaders report as a corrupt checkpoint."""
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not bool(tensor.isfinite().all()):
+            raise ValueError(f"{name} in {path} holds NaN or infinite values")
+    return state
+
 @dataclass
 class AugmenterConfig:
     encoder: str = PAPER_ENCODER

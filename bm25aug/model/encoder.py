@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, TypeVar
 
 from bm25aug.errors import UserError
-from bm25aug.limits import check
+from bm25aug.limits import MIN_TERM_WEIGHT, check
 from bm25aug.progress import progress as progress_bar
 
 if TYPE_CHECKING:
@@ -51,8 +51,11 @@ class QueryEncoder(ABC):
 
 
 def prune(terms: dict[str, float], top_k: int | None = None, threshold: float = 0.0) -> dict[str, float]:
-    """Drop weights <= threshold, then keep the ``top_k`` heaviest (ties broken by term)."""
-    kept = sorted(((t, w) for t, w in terms.items() if w > threshold), key=lambda tw: (-tw[1], tw[0]))
+    """Drop weights <= threshold, then keep the ``top_k`` heaviest (ties broken by term). A weight
+    below ``MIN_TERM_WEIGHT`` (float32's smallest normal number) is dropped too: Lucene's boost
+    cannot hold it as given (it adds under 1e-37 to a score), and the term-list rule refuses it."""
+    kept = sorted(((t, w) for t, w in terms.items() if w > threshold and w >= MIN_TERM_WEIGHT),
+                  key=lambda tw: (-tw[1], tw[0]))
     return dict(kept[:top_k] if top_k else kept)
 
 

@@ -35,7 +35,7 @@ from torch import nn
 
 from bm25aug.errors import UserError
 from bm25aug.model.card import CARD_NAME, card_text
-from bm25aug.model.config import CONFIG_NAME, AugmenterConfig
+from bm25aug.model.config import CONFIG_NAME, AugmenterConfig, finite
 from bm25aug.model.encoder import QueryEncoder
 
 log = logging.getLogger(__name__)
@@ -233,7 +233,7 @@ class StaticQueryModel(nn.Module, QueryEncoder):
         try:
             table = json.loads((path / TABLE_NAME).read_text(encoding="utf-8"))
             model = cls(config, AutoTokenizer.from_pretrained(path, use_fast=True), table["terms"], table["expansions"])
-            model.load_state_dict(load_file(str(path / WEIGHTS_NAME)))
+            model.load_state_dict(finite(load_file(str(path / WEIGHTS_NAME)), path / WEIGHTS_NAME))
         except (SafetensorError, json.JSONDecodeError, KeyError, TypeError, RuntimeError, OSError, ValueError) as e:
             raise UserError(f"checkpoint {path} is corrupt or incomplete ({type(e).__name__}: {str(e)[:120]}); "
                             f"fix: restore the folder from where it came, or train a new model "

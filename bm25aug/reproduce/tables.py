@@ -33,6 +33,8 @@ BENCH_DATA["two-core"] = ROOT / "docs" / "data" / "two_core.json"
 BENCH_DATA["two-core-nolayer"] = ROOT / "docs" / "data" / "two_core_nolayer.json"
 # The static query side beside the default and bm25-flat (bench_search.py --compare, --record)
 BENCH_DATA["static"] = ROOT / "docs" / "data" / "speed_static.json"
+# Two checkouts searching the same term lists, alternately (benchmarks/ab_term_lists.py --json-out)
+BENCH_DATA["term-lists"] = ROOT / "docs" / "data" / "ab_term_lists.json"
 # Where a training step's time goes (research/profile_training.py --json-out)
 BENCH_DATA["profile"] = ROOT / "docs" / "data" / "profile_training.json"
 METRIC_NAMES = {"ndcg@10": "nDCG@10", "recall@100": "R@100", "mrr@10": "MRR@10", "acc@5": "Acc@5",
@@ -265,13 +267,23 @@ def profile_table(recorded: dict) -> str:
     return "\n".join(lines)
 
 
+def ab_table(recorded: dict) -> str:
+    """Median QPS of two checkouts over alternating rounds, and new over base (benchmarks/ab_term_lists.py)."""
+    base, new = recorded["medians"]["base"], recorded["medians"]["new"]
+    lines = ["| path | before QPS | after QPS | after / before |", "|---|---|---|---|"]
+    lines += [f"| {k} | {base[k]:,.0f} | {new[k]:,.0f} | {new[k] / base[k]:.2f}x |" for k in new]
+    return "\n".join(lines + ["", f"{len(recorded['rounds']['new'])} rounds on {recorded['dataset']}, each checkout's "
+                                   f"median; before: {recorded['base']}; after: {recorded['new']}. Recorded with "
+                                   f"`{recorded['command']}`."])
+
+
 def bench_table(name: str) -> str:
     recorded = json.loads(BENCH_DATA[name].read_text(encoding="utf-8"))
     tables = {"speed": speed_table, "throughput": throughput_table, "scale": lambda r: scale_table(r["rows"]),
               "extrapolation": lambda r: extrapolate(r["rows"]),
               "serve": serve_table, "encoders": lambda r: speed_table(r, qps=False), "two-core": two_core_table,
               "two-core-nolayer": two_core_table, "profile": profile_table,
-              "static": static_table}
+              "static": static_table, "term-lists": ab_table}
     return tables[name](recorded)
 
 

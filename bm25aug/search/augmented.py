@@ -17,7 +17,7 @@ import numpy as np
 from bm25aug.errors import UserError
 from bm25aug.limits import check, check_query
 from bm25aug.lucene.ranking import TopK
-from bm25aug.lucene.reader import B, FIELD, K1, TITLE_FIELD, WEIGHTED
+from bm25aug.lucene.reader import B, FIELD, K1, TITLE_FIELD
 from bm25aug.model.encoder import QueryEncoder, encode_queries, prune
 from bm25aug.search.batch import check_qids, search_chunks
 from bm25aug.search.bm25 import BM25Searcher, Hit
@@ -154,8 +154,8 @@ class AugmentedSearcher:
         the one before searches on ``threads`` Java threads (``bm25aug.search.batch``); any
         ``threads`` gives the same result, and with the default ``encode_batch_size`` the same as
         ``search_arrays`` one by one."""
-        return search_chunks(self.bm25.index, WEIGHTED,
-                             lambda chunk: [self.bm25.terms_text(t, self.fields) for t in self.term_lists(chunk, threads)],
+        return search_chunks(self.bm25.index, self.bm25.index.terms_kind(self.fields),
+                             lambda chunk: [self.bm25.terms_element(t, self.fields) for t in self.term_lists(chunk, threads)],
                              list(queries), k, threads, desc)
 
     def batch_search_terms_arrays(self, term_lists: list[dict[str, float]], k: int = 1000, threads: int = 1,

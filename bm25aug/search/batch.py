@@ -40,9 +40,9 @@ def check_qids(items: Sequence, qids: Sequence[str]) -> None:
 
 
 class _Piece:
-    """Up to ``PIECE`` prepared queries on the Java pool: the non-empty texts searched, the rest no hits."""
+    """Up to ``PIECE`` prepared queries on the Java pool: the non-empty items searched, the rest no hits."""
 
-    def __init__(self, index: LuceneIndex, kind: str, texts: list[str | None], k: int, threads: int):
+    def __init__(self, index: LuceneIndex, kind: str, texts: list, k: int, threads: int):
         self.size, self.at = len(texts), [i for i, t in enumerate(texts) if t]
         self.pending = index.submit(kind, [texts[i] for i in self.at], k, threads)
 
@@ -53,11 +53,12 @@ class _Piece:
         return tops
 
 
-def search_chunks(index: LuceneIndex, kind: str, prepare: Callable[[list], list[str | None]], items: list,
+def search_chunks(index: LuceneIndex, kind: str, prepare: Callable[[list], list], items: list,
                   k: int, threads: int, desc: str | None = None) -> list[TopK]:
-    """Each item's top k: ``prepare`` turns a chunk of items into Java query texts of ``kind``
-    (None: nothing to search, no hits), and the chunk searches, in pieces, while the next one is
-    prepared. The result equals searching each prepared text alone, on any number of threads."""
+    """Each item's top k: ``prepare`` turns a chunk of items into what the Java pool searches for
+    ``kind`` (query texts, or term lists' elements: ``bm25aug.lucene.reader``; None: nothing to
+    search, no hits), and the chunk searches, in pieces, while the next one is prepared. The
+    result equals searching each prepared item alone, on any number of threads."""
     check("k", k)
     check("threads", threads)
     tops: list[TopK] = []

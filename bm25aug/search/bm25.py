@@ -21,10 +21,11 @@ import numpy as np
 
 from bm25aug.errors import UserError
 from bm25aug.lucene.index import IndexMeta, check_vocab
-from bm25aug.limits import MAX_TERM_WEIGHT, check_query
+from bm25aug.limits import check_query
 from bm25aug.lucene.ranking import EMPTY, TopK
-from bm25aug.lucene.reader import ANALYZED, B, FIELD, K1, MULTIFIELD_WEIGHTS, WEIGHTED, LuceneIndex, check_fields
+from bm25aug.lucene.reader import ANALYZED, B, FIELD, K1, MULTIFIELD_WEIGHTS, LuceneIndex, check_fields
 from bm25aug.search.batch import check_qids, search_chunks
+from bm25aug.search.term_lists import check_terms
 from bm25aug.model.tokenization import load_tokenizer, query_term_counts
 
 log = logging.getLogger(__name__)
@@ -117,11 +118,8 @@ class BM25Searcher:
                             fields: dict[str, float] | None = None) -> TopK:
         """Search a weighted term list ``{token: boost}``; an empty list has no hits. ``fields``:
         other field weights of a multifield index for this search (``field_weights``)."""
-        check_terms(terms)
-        fields = self.field_weights(fields)
-        if not any(w > 0 for w in terms.values()):
-            return EMPTY
-        return self.index.search(self.index.weighted_query(terms, fields), k)
+        query = self.index.weighted_query(check_terms(terms), self.field_weights(fields))
+        return EMPTY if query is None else self.index.search(query, k)
 
     def indexed(self, terms: dict[str, float]) -> dict[str, float]:
         """``terms`` less those the index lacks (in every searched field): a model may propose a
@@ -139,64 +137,42 @@ class BM25Searcher:
     def search_terms(self, terms: dict[str, float], k: int = 1000, fields: dict[str, float] | None = None) -> list[Hit]:
         return self.hits(self.search_terms_arrays(terms, k, fields))
 
-    def query_text(self, query: str) -> str | None:
-        """What the Java pool searches for ``query`` (``bm25aug.lucene.batch``): the text itself
-        for the English analyzer (flat), its ``term^count`` clauses (wp; multifield: on each
-        field); None: no terms."""
+    def query_item(self, query: str) -> str | list | None:
+        """What the Java pool searches for ``query`` (``bm25aug.lucene.batch``): the text itself for
+        the English analyzer (flat), else its terms with their counts as a term list's element (wp;
+        multifield: on each field); None: no terms."""
         if not check_query(query).strip():
             return None
-        return query if self.kind == ANALYZED else self.terms_text(self.query_terms(query))
+        return query if self.kind == ANALYZED else self.terms_element(self.query_terms(query))
 
     @property
     def kind(self) -> str:
-        """The kind of text ``query_text`` gives the Java pool (``bm25aug.lucene.reader``)."""
-        return ANALYZED if self.tokenizer is None and not self.fields else WEIGHTED
+        """The kind of item ``query_item`` gives the Java pool (``bm25aug.lucene.reader``)."""
+        return ANALYZED if self.tokenizer is None and not self.fields else self.index.terms_kind()
 
-    def terms_text(self, terms: dict[str, float], fields: dict[str, float] | None = None) -> str | None:
-        """A checked weighted term list as the Java pool's ``term^boost`` text on this index's
-        fields (``fields``: other weights, checked by the caller); None: nothing to search."""
-        check_terms(terms)
-        return self.index.weighted_text(terms, fields) or None
+    def terms_element(self, terms: dict[str, float], fields: dict[str, float] | None = None) -> list | None:
+        """A weighted term list, checked, as the Java pool's element on this index's fields
+        (``fields``: other weights, checked by the caller); None: nothing to search."""
+        return self.index.terms_element(check_terms(terms), fields)
 
     def batch_search_arrays(self, queries: Sequence[str], k: int = 1000, threads: int = 1,
                             desc: str | None = None) -> list[TopK]:
         """The fast path for many queries: each one's top k as arrays, searched on ``threads``
         Java threads (``bm25aug.search.batch``); equal to ``search_arrays`` one by one."""
-        return search_chunks(self.index, self.kind, lambda chunk: [self.query_text(q) for q in chunk], list(queries),
+        return search_chunks(self.index, self.kind, lambda chunk: [self.query_item(q) for q in chunk], list(queries),
                              k, threads, desc)
 
     def batch_search_terms_arrays(self, term_lists: Sequence[dict[str, float]], k: int = 1000, threads: int = 1,
                                   desc: str | None = None, fields: dict[str, float] | None = None) -> list[TopK]:
         """``search_terms_arrays`` for many weighted term lists, on the Java pool."""
         fields = self.field_weights(fields)
-        return search_chunks(self.index, WEIGHTED, lambda chunk: [self.terms_text(t, fields) for t in chunk],
-                             list(term_lists), k, threads, desc)
+        return search_chunks(self.index, self.index.terms_kind(fields),
+                             lambda chunk: [self.terms_element(t, fields) for t in chunk], list(term_lists), k, threads, desc)
 
     def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, threads: int = 1) -> dict[str, list[Hit]]:
         """Pyserini's ``batch_search``: ``{qid: hits}`` (``batch_search_arrays`` without ``Hit``s is faster)."""
         check_qids(queries, qids)
         return dict(zip(qids, map(self.hits, self.batch_search_arrays(queries, k, threads))))
-
-
-def check_terms(terms: dict[str, float]) -> None:
-    """A weighted term list as ``search_terms`` takes it: non-empty string terms, finite weights.
-    (The common case is decided by one sum; only a list that fails it is looked at term by term.)"""
-    if not terms:
-        return
-    try:
-        weights = terms.values()
-        if ("" not in terms and math.isfinite(sum(weights)) and 0 <= min(weights) and max(weights) <= MAX_TERM_WEIGHT
-                and all(type(t) is str for t in terms)):
-            return
-    except TypeError:
-        pass
-    for term, weight in terms.items():
-        if not isinstance(term, str) or not term:
-            raise UserError(f"term {term!r} is not a non-empty string; fix: pass {{term: weight}} with string terms")
-        if (isinstance(weight, bool) or not isinstance(weight, (int, float, np.floating)) or not np.isfinite(weight)
-                or not 0 <= weight <= MAX_TERM_WEIGHT):
-            raise UserError(f"the weight of {term!r} is {weight!r}; fix: pass a number from 0 to {MAX_TERM_WEIGHT:g} "
-                            f"(a larger boost overflows Lucene's 32-bit scores, and a negative one is no boost)")
 
 
 def to_hits(docids: np.ndarray, top: TopK) -> list[Hit]:

@@ -51,7 +51,7 @@ def read_queries(path: str | Path) -> dict[str, str]:
     """Queries by id from a TSV (``qid<TAB>text``) or JSONL (``_id``, ``text``) file."""
     from bm25aug.data.corpus import beir_row
     from bm25aug.data.layouts import keep_first
-    from bm25aug.limits import check_text, run_id_ok
+    from bm25aug.limits import ID_RULE, check_text, run_id_ok
 
     path = Path(path)
     rows = []
@@ -70,8 +70,7 @@ def read_queries(path: str | Path) -> dict[str, str]:
                 log.warning("%s: line %d (%r) is a header, not a query; skipped", path, lineno, line.strip())
                 continue
         if not run_id_ok(qid):
-            raise UserError(f"{where}: query id {qid!r} is empty or holds whitespace or a control character, which a TREC "
-                            f"run cannot hold; fix: give that query an id without spaces, tabs, newlines or control characters")
+            raise UserError(f"{where}: query id {qid!r} {ID_RULE}")
         rows.append((qid, text))
     queries = keep_first(((q, check_text(t, f"{path}: query {q}")) for q, t in rows), path, "query")
     if not queries:

@@ -11,7 +11,7 @@ import numpy as np
 
 from bm25aug.errors import UserError
 from bm25aug.io import atomic_write_text, read_lines
-from bm25aug.limits import run_id_ok
+from bm25aug.limits import ID_RULE, run_id_ok
 from bm25aug.lucene.ranking import TopK
 from bm25aug.search.bm25 import Hit
 
@@ -21,8 +21,7 @@ log = logging.getLogger(__name__)
 def _check_ids(ids) -> None:
     """An id holding whitespace would shift the columns: an error, not a file no tool reads right."""
     if (bad := next((i for i in ids if not run_id_ok(i)), None)) is not None:
-        raise UserError(f"id {bad!r} is empty or holds whitespace, which a TREC run file cannot hold; fix: give "
-                        f"that query or document an id without spaces, tabs or newlines")
+        raise UserError(f"id {bad!r} {ID_RULE}")
 
 
 def _lines(qid: str, docids: list[str], scores: list[float], tag: str) -> Iterator[str]:

@@ -65,6 +65,8 @@ class ServeConfig:
     allowed_origins: tuple[str, ...] = tuple(f"http://{host}" for host in LOOPBACK_HOSTS)
     header_timeout_s: float = 10.0  # a connection's request (head and body) must arrive within this
     max_connections: int = 2048  # open connections; past it the oldest idle one is closed
+    send_timeout_s: float = 10.0  # an answer its client leaves unread this long is dropped, with the connection
+    unread_budget_mb: int = 256  # answers waiting on slow readers, all together; past it the longest waiting is dropped
     max_terms: int = 1024  # terms of one weighted query (Lucene's default clause limit)
     max_body_bytes: int = 1 << 20  # a request body (the weighted-term POST's JSON); larger: a 413
 
@@ -74,15 +76,16 @@ class ServeConfig:
                                 ("max_queue", 1, 1_000_000), ("workers", 1, 64), ("threads", 1, 1024),
                                 ("max_query_chars", 1, MAX_QUERY_CHARS), ("doc_cache", 0, 100_000_000),
                                 ("retry_after", 1, 3600), ("shutdown_s", 0, 3600), ("max_connections", 1, 1_000_000),
-                                ("max_terms", 1, MAX_CLAUSES), ("max_body_bytes", 1024, 1 << 30)):
+                                ("max_terms", 1, MAX_CLAUSES), ("max_body_bytes", 1024, 1 << 30),
+                                ("unread_budget_mb", 1, 1 << 20)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise UserError(f"serve setting {name} = {value!r} is out of range; fix: use an integer from "
                                 f"{low:,} to {high:,}")
-        for name, high in (("max_wait_ms", 1000), ("header_timeout_s", 3600)):
+        for name, high in (("max_wait_ms", 1000), ("header_timeout_s", 3600), ("send_timeout_s", 3600)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= high \
-                    or (name == "header_timeout_s" and value <= 0):
+                    or (name != "max_wait_ms" and value <= 0):
                 raise UserError(f"serve setting {name} = {value!r} is out of range; fix: use a number from "
                                 f"{'0' if name == 'max_wait_ms' else 'above 0'} to {high}")
         self.allowed_hosts = _names("allowed_hosts", self.allowed_hosts)

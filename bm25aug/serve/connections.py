@@ -7,7 +7,7 @@ a connection that sends nothing, or half a head, stays open for ever. ``limit_co
 connections only to answer 503 once a head is complete; it never closes one. So every connection
 held open cost a file descriptor until they ran out (20,100 idle ones, and real requests failed).
 
-Here (a subclass of uvicorn's httptools protocol, made per server by ``protocol_class``):
+Here (``_Guarded`` over uvicorn's httptools protocol, a class made per server by ``protocol_class``):
 
 * **a request timeout**: a request must arrive whole, head and body, within ``header_timeout_s``
   of the connection opening or of its first byte (408 if it had begun, else the connection is
@@ -15,6 +15,14 @@ Here (a subclass of uvicorn's httptools protocol, made per server by ``protocol_
 * **a connection cap**: past ``max_connections``, the oldest idle connection is closed (one that
   never sent a whole request first, then a keep-alive one between requests), so a real client
   still gets through; only when every one is busy is the new one answered 503 and closed;
+* **a send timeout and a budget for unread answers**: an answer the client does not read waits
+  in the server's memory (a thousand hits with their documents is about 8 MB). A connection whose
+  answer fills the write buffer is dropped after ``send_timeout_s``, and all such answers together
+  may hold ``unread_budget_mb``, past which the longest waiting is dropped first, so a slow or
+  hostile reader holds at most that much, for at most that long (docs/usage-serve.md);
+* **a 503 without a reset**: a connection refused at the cap gets its 503 and an end of stream,
+  and its request is read and dropped, since closing with it unread makes TCP reset the
+  connection and the client lose the answer;
 * **a JSON 400** for what the parser refuses (uvicorn's is plain text), such as a URL over
   httptools' 65,535 bytes.
 
@@ -42,8 +50,8 @@ UVICORN_PIN = "uvicorn[standard]>=0.54,<0.55"  # the uvicorn whose internals thi
 # methods set (read from their code, as no instance exists before the server runs).
 UVICORN_METHODS = {"uvicorn.server:Server": ("capture_signals", "startup", "shutdown", "run"),
                    "uvicorn.protocols.http.httptools_impl:HttpToolsProtocol": (
-                       "connection_made", "connection_lost", "on_message_begin", "on_message_complete",
-                       "send_400_response", "shutdown")}
+                       "connection_made", "connection_lost", "data_received", "on_message_begin",
+                       "on_message_complete", "pause_writing", "resume_writing", "send_400_response", "shutdown")}
 UVICORN_ATTRIBUTES = {"uvicorn.server:Server": ("server_state", "servers", "lifespan", "should_exit", "force_exit",
                                                 "started"),
                       "uvicorn.server:ServerState": ("connections", "tasks"),
@@ -89,104 +97,181 @@ def check_uvicorn() -> None:
                         f"against uvicorn 0.54); fix: pip install '{UVICORN_PIN}'")
 
 
-def protocol_class(header_timeout_s: float, max_connections: int, retry_after: int) -> type:
-    """uvicorn's httptools protocol with a request timeout, a connection cap (shared by the
-    connections of one server) and JSON parse errors."""
-    try:
+class _Guarded:
+    """What bm25aug adds to uvicorn's httptools protocol (``protocol_class`` puts it first in the
+    class's bases, so ``super()`` is uvicorn's). The settings and the registry of open connections
+    are class attributes, shared by the connections of one server."""
+
+    header_timeout_s: float
+    send_timeout_s: float
+    unread_budget: int  # bytes of answers waiting on slow readers, all connections together
+    max_connections: int
+    retry_after: int
+    open_connections: OrderedDict  # oldest first
+    stalled: OrderedDict  # connections whose unread answer filled the write buffer, longest stalled first
+    refuse_linger_s = 2.0  # how long a refused connection's request is read and dropped, so TCP ends it cleanly
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._timer = self._send_timer = None
+        self._begun = False  # a request's first byte has arrived and it is not whole yet
+        self._served = False  # a whole request has arrived on this connection
+        self._refused = False  # answered 503 at the cap: what it still sends is read and dropped
+
+    # -------------------------------------------------------------------- connection lifecycle
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self.open_connections[self] = None
+        self._arm()
+        if len(self.open_connections) > self.max_connections:
+            self._make_room()
+
+    def connection_lost(self, exc) -> None:
+        self.open_connections.pop(self, None)
+        self.stalled.pop(self, None)
+        self._disarm()
+        self._cancel_send_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._refused:
+            super().data_received(data)
+
+    def _idle(self) -> bool:
+        return self.cycle is None or self.cycle.response_complete
+
+    def _make_room(self) -> None:
+        """Close the oldest idle connection (one that never sent a whole request first); when every
+        other one is busy, refuse this one with the 503."""
+        fallback = None
+        for connection in self.open_connections:
+            if connection is self or not connection._idle():
+                continue
+            if not connection._served:
+                return connection._close()
+            fallback = fallback or connection
+        if fallback is not None:
+            return fallback._close()
+        self._refuse(_response(503, "Service Unavailable", f"the server has {self.max_connections:,} connections "
+                                                            f"open, all busy; fix: retry after {self.retry_after} s"))
+
+    def _refuse(self, answer: bytes) -> None:
+        """Answer and end the connection without a reset: closing with the client's request still
+        unread makes TCP reset it, and the client then loses the answer. So the answer is sent with
+        an end of stream, and what the client still sends is dropped until it closes (at most
+        ``refuse_linger_s``)."""
+        self.open_connections.pop(self, None)  # the cap counts it gone
+        self._disarm()
+        self._refused = True
+        self.transport.write(answer)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+            self.loop.call_later(self.refuse_linger_s, self.transport.abort)
+        else:
+            self.transport.close()
+
+    def _close(self) -> None:
+        self.open_connections.pop(self, None)  # now, not when the loop reports it lost: the cap counts it gone
+        self._disarm()
+        self.transport.close()
+
+    # ----------------------------------------------------------------------- request timeout
+    def _arm(self) -> None:
+        self._disarm()
+        self._timer = self.loop.call_later(self.header_timeout_s, self._timed_out)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _timed_out(self) -> None:
+        self._timer = None
+        if self.transport.is_closing():
+            return
+        if self._begun and (self.cycle is None or not self.cycle.response_started):
+            if self.cycle is not None:
+                self.cycle.disconnected = True  # the app's answer, if any, is not written after this one
+            self.transport.write(_response(408, "Request Timeout", f"the request did not arrive whole within "
+                                           f"{self.header_timeout_s:g} s; fix: send the whole request at once"))
+        self.transport.close()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._begun = True
+        self._arm()
+
+    def on_message_complete(self) -> None:
+        self._begun, self._served = False, True
+        self._disarm()
+        super().on_message_complete()
+
+    # ------------------------------------------------------------- slow readers (send timeout)
+    def pause_writing(self) -> None:
+        """The client reads slower than its answer is written: the answer waits in memory. It may
+        wait ``send_timeout_s`` before the connection is dropped, and all such answers together may
+        hold ``unread_budget`` bytes: past it, the longest stalled is dropped first."""
+        super().pause_writing()
+        self.stalled[self] = None
+        self._cancel_send_timer()
+        self._send_timer = self.loop.call_later(self.send_timeout_s, self._drop_unread)
+        held = {c: c.transport.get_write_buffer_size() for c in self.stalled}
+        total = sum(held.values())
+        for connection in list(self.stalled):
+            if total <= self.unread_budget:
+                break
+            total -= held[connection]
+            connection._drop_unread()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self.stalled.pop(self, None)
+        self._cancel_send_timer()
+
+    def _cancel_send_timer(self) -> None:
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _drop_unread(self) -> None:
+        """End a connection whose answer is not being read, freeing what its write buffer holds
+        (a close would wait for the buffer to drain, which a client that never reads never lets)."""
+        self._send_timer = None
+        self.stalled.pop(self, None)
+        self.open_connections.pop(self, None)
+        self._disarm()
+        if self.cycle is not None:
+            self.cycle.disconnected = True
+        self.transport.abort()
+
+    # --------------------------------------------------------------------------- parse errors
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to what httptools refuses, as the one-line JSON error."""
         import httptools
+
+        self._disarm()
+        error = sys.exc_info()[1]
+        detail = str(getattr(error, "__context__", None) or error or msg).strip() or msg
+        if isinstance(error, httptools.HttpParserError) and "url is too long" in detail:
+            fix = "shorten the URL to at most 65,535 bytes"
+        else:
+            fix = "send a well-formed HTTP/1.1 request"
+        self.transport.write(_response(400, "Bad Request", f"the request is not valid HTTP/1.1 ({detail}); "
+                                       f"fix: {fix}"))
+        self.transport.close()
+
+
+def protocol_class(config) -> type:
+    """uvicorn's httptools protocol with ``_Guarded``'s request timeout, connection cap, send
+    timeout, budget for unread answers and JSON parse errors, set from ``config``
+    (``ServeConfig``), for one server."""
+    try:
+        import httptools  # noqa: F401
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     except ImportError:
         raise UserError("serving needs httptools, which is not installed; fix: pip install 'bm25aug[serve]' "
                         "(it brings uvicorn[standard])") from None
-    open_connections: OrderedDict = OrderedDict()  # oldest first
-
-    class Protocol(HttpToolsProtocol):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self._timer = None
-            self._begun = False  # a request's first byte has arrived and it is not whole yet
-            self._served = False  # a whole request has arrived on this connection
-
-        # ---------------------------------------------------------------- connection lifecycle
-        def connection_made(self, transport) -> None:
-            super().connection_made(transport)
-            open_connections[self] = None
-            self._arm()
-            if len(open_connections) > max_connections:
-                self._make_room()
-
-        def connection_lost(self, exc) -> None:
-            open_connections.pop(self, None)
-            self._disarm()
-            super().connection_lost(exc)
-
-        def _idle(self) -> bool:
-            return self.cycle is None or self.cycle.response_complete
-
-        def _make_room(self) -> None:
-            """Close the oldest idle connection (one that never sent a whole request first); when
-            every other one is busy, refuse this one."""
-            fallback = None
-            for connection in open_connections:
-                if connection is self or not connection._idle():
-                    continue
-                if not connection._served:
-                    return connection._close()
-                fallback = fallback or connection
-            if fallback is not None:
-                return fallback._close()
-            self.transport.write(_response(503, "Service Unavailable", f"the server has {max_connections:,} "
-                                           f"connections open, all busy; fix: retry after {retry_after} s"))
-            self._close()
-
-        def _close(self) -> None:
-            open_connections.pop(self, None)  # now, not when the loop reports it lost: the cap counts it gone
-            self._disarm()
-            self.transport.close()
-
-        # ------------------------------------------------------------------- request timeout
-        def _arm(self) -> None:
-            self._disarm()
-            self._timer = self.loop.call_later(header_timeout_s, self._timed_out)
-
-        def _disarm(self) -> None:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-
-        def _timed_out(self) -> None:
-            self._timer = None
-            if self.transport.is_closing():
-                return
-            if self._begun and (self.cycle is None or not self.cycle.response_started):
-                if self.cycle is not None:
-                    self.cycle.disconnected = True  # the app's answer, if any, is not written after this one
-                self.transport.write(_response(408, "Request Timeout", f"the request did not arrive whole within "
-                                               f"{header_timeout_s:g} s; fix: send the whole request at once"))
-            self.transport.close()
-
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            self._begun = True
-            self._arm()
-
-        def on_message_complete(self) -> None:
-            self._begun, self._served = False, True
-            self._disarm()
-            super().on_message_complete()
-
-        # ----------------------------------------------------------------------- parse errors
-        def send_400_response(self, msg: str) -> None:
-            """uvicorn's answer to what httptools refuses, as the one-line JSON error."""
-            self._disarm()
-            error = sys.exc_info()[1]
-            detail = str(getattr(error, "__context__", None) or error or msg).strip() or msg
-            if isinstance(error, httptools.HttpParserError) and "url is too long" in detail:
-                fix = "shorten the URL to at most 65,535 bytes"
-            else:
-                fix = "send a well-formed HTTP/1.1 request"
-            self.transport.write(_response(400, "Bad Request", f"the request is not valid HTTP/1.1 ({detail}); "
-                                           f"fix: {fix}"))
-            self.transport.close()
-
-    return Protocol
+    return type("Protocol", (_Guarded, HttpToolsProtocol), {
+        "header_timeout_s": config.header_timeout_s, "send_timeout_s": config.send_timeout_s,
+        "unread_budget": config.unread_budget_mb << 20, "max_connections": config.max_connections,
+        "retry_after": config.retry_after, "open_connections": OrderedDict(), "stalled": OrderedDict()})

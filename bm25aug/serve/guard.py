@@ -103,13 +103,13 @@ class RequestGuard:
             return await self.app(scope, receive, send)
         length = headers.get(b"content-length", "")
         if length.isdigit() and int(length) > self.max_body:
-            return await send_json(send, 413, self._too_large(f"has {int(length):,} bytes"))
+            return await send_json(send, 413, self._too_large(f"has {int(length):,} bytes, over"))
         # The body, read here whole up to the limit (a chunked one has no length to check), then handed on.
         chunks, size = [], 0
         while (message := await receive())["type"] == "http.request":
             size += len(message.get("body", b""))
             if size > self.max_body:
-                return await send_json(send, 413, self._too_large("is"))
+                return await send_json(send, 413, self._too_large("(sent in chunks) is larger than"))
             chunks.append(message.get("body", b""))
             if not message.get("more_body", False):
                 message = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
@@ -122,5 +122,5 @@ class RequestGuard:
         await self.app(scope, replay, send)
 
     def _too_large(self, has: str) -> str:
-        return (f"the request body {has}, over this server's limit of {self.max_body:,} bytes; fix: send fewer "
+        return (f"the request body {has} this server's limit of {self.max_body:,} bytes; fix: send fewer "
                 f"terms, or start it with a larger --max-body-bytes")

@@ -164,7 +164,7 @@ class HttpServer:
                 await server._shutdown(self)
 
         raise_open_file_limit(config.max_connections)
-        http = protocol_class(config.header_timeout_s, config.max_connections, config.retry_after)
+        http = protocol_class(config)
         self.uvicorn = Server(uvicorn.Config(_QuietWhenClosed(app), http=http, log_level="error",
                                              access_log=False, lifespan="on", server_header=False))
         self.sockets, self.shutdown_s, self.on_deadline = list(sockets), config.shutdown_s, on_deadline

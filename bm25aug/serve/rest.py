@@ -87,17 +87,17 @@ async def unless_gone(request: Request, work: Awaitable):
     raise ClientGone
 
 
-def create_app(service: SearchService) -> FastAPI:
-    """The app for ``service`` (which the caller closes)."""
-    app = FastAPI(title="bm25aug REST API", version=__version__,
-                  description="Anserini's REST API (search, documents) on BM25 with learned query augmentation.")
-    app.add_middleware(RequestGuard, config=service.config)
+# What Starlette says of a body that json.loads refuses (malformed, nested too deep, invalid UTF-8).
+_UNPARSED = "There was an error parsing the body"
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error the app answers, as the one-line JSON error with its fix (a 4xx, never a traceback)."""
 
     @app.exception_handler(ClientGone)
     @app.exception_handler(ClientDisconnect)
     async def gone(request: Request, e: Exception) -> Response:
         return Response(status_code=499)  # never written: the connection is closed
-
 
     @app.exception_handler(ServeError)
     async def serve_error(request: Request, e: ServeError) -> Response:
@@ -120,6 +120,11 @@ def create_app(service: SearchService) -> FastAPI:
             methods = {m for route in app.routes if isinstance(route, APIRoute) and route.path_regex.match(
                 request.url.path) for m in route.methods}
             headers["Allow"] = ", ".join(sorted(methods)) or headers.get("Allow", "")
+        if e.status_code == 400 and e.detail == _UNPARSED:
+            fix = ("; fix: send the body as UTF-8 JSON, {\"terms\": {term: weight}, \"hits\": n}, nested at most a "
+                   "few levels (see /openapi.json)")
+            return _json({"error": f"the body is not JSON this server can read (malformed, invalid UTF-8, or nested "
+                                   f"too deep){fix}"}, 400, headers)
         return _json({"error": f"{e.detail}{fix}"}, e.status_code, headers)
 
     @app.exception_handler(Exception)
@@ -127,6 +132,13 @@ def create_app(service: SearchService) -> FastAPI:
         log.exception("internal error on %s", request.url.path)
         return _json({"error": f"internal error ({type(e).__name__}); fix: report it with the request"}, 500)
 
+
+def create_app(service: SearchService) -> FastAPI:
+    """The app for ``service`` (which the caller closes)."""
+    app = FastAPI(title="bm25aug REST API", version=__version__,
+                  description="Anserini's REST API (search, documents) on BM25 with learned query augmentation.")
+    app.add_middleware(RequestGuard, config=service.config)
+    _add_error_handlers(app)
     names = sorted(service.backends)
 
     def index_path():  # the spec lists the served names; any other is answered 404

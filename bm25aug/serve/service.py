@@ -36,6 +36,7 @@ from bm25aug.lucene.ranking import TopK
 from bm25aug.lucene.reader import RAW_FIELD, stored_values
 from bm25aug.serve.batcher import MicroBatcher, Overloaded
 from bm25aug.serve.config import IndexSpec, ServeConfig
+from bm25aug.lucene.term_query import check_clauses, query_syntax
 from bm25aug.search.term_lists import check_term_list
 
 if TYPE_CHECKING:
@@ -263,13 +264,18 @@ class SearchService:
         terms, not analyzed; on a multifield index with ``term_fields``, as ``method=augmented``),
         answered as ``search`` is; ``query`` holds the Lucene text searched and the terms."""
         backend = self.backend(index)
+        fields = backend.term_fields or backend.bm25.fields  # multifield: each term once per field
         try:
             terms = check_term_list(terms, self.config.max_terms)
+            check_clauses(sum(w > 0 for w in terms.values()), len(fields) if fields else 1)  # before its micro-batch
         except UserError as e:
             raise ServeError(400, str(e)) from None
+        if not any(w > 0 for w in terms.values()):  # a list searches nothing: no hits; a request for nothing is refused
+            raise ServeError(400, "no term has a weight above 0, so nothing would be searched; fix: give at least one "
+                                  "term a positive weight (0 drops a term)")
         k = self.check_hits(hits, backend)
         candidates = await self._search(backend, TERMS, terms, k, parse)
-        text = backend.bm25.index.weighted_text(terms, backend.term_fields)  # what is searched (multifield: per field)
+        text = query_syntax(terms, fields)  # what is searched, in Lucene's syntax
         return {"api": API, "index": index, "method": "bm25", "query": {"text": text, "terms": terms},
                 "candidates": candidates}
 

@@ -44,6 +44,17 @@ def _init_side(init_from: str) -> str | None:
         return None
 
 
+def check_asked_side(query_side: str | None, init_from: str | None) -> None:
+    """An explicit ``--query-side`` beside ``--init-from`` must be that model's own side: the model
+    brings its side, so another one asked for would be ignored without a word (the default,
+    unset here, is no clash)."""
+    if not (query_side and init_from) or (side := _init_side(init_from)) in (None, query_side):
+        return
+    raise UserError(f"--query-side {query_side} was asked for, but --init-from {init_from} is a {side} model and "
+                    f"brings its own query side; fix: drop --query-side, or train a {query_side} model from the "
+                    f"pretrained encoder without --init-from")
+
+
 def arg(default, help: str, flag: str | None = None, choices: tuple | None = None, cli: bool = True, **kw):
     """A setting: its default, help text, and how the command line spells it (``flag``: a store-
     true/false ablation switch such as ``--no-weights``; ``cli=False``: set by the command itself)."""
@@ -141,6 +152,10 @@ class TrainConfig:
         check_choice("--negatives", self.negatives, NEGATIVES)
         check_choice("--aug-init", self.aug_init, AUG_INITS)
         check_choice("--query-side", self.query_side, QUERY_SIDES)
+        if not (self.use_weights or self.use_augmentation):
+            raise UserError("--no-weights with --no-augmentation leaves neither learned weights nor an augmentation, "
+                            "so there is nothing to train; fix: drop one of the two (plain BM25 needs no training: "
+                            "eval.py --method bm25-flat)")
         if self.feedback_terms:
             self._check_feedback()
         self._check_query_side()
@@ -191,6 +206,7 @@ class TrainConfig:
                 values.update(recipes.settings(name))
         given = {k: v for k, v in overrides.items() if v is not None}
         merged = {**values, **given}
+        check_asked_side(given.get("query_side"), merged.get("init_from"))
         side = _init_side(merged["init_from"]) if merged.get("init_from") else merged.get("query_side")
         if side == "static":  # a recipe's encoder settings: not for a table
             values = {k: v for k, v in values.items() if k not in ENCODER_SETTINGS}

@@ -72,6 +72,14 @@ def earlier_run(folder: Path) -> bool:
     return isinstance(saved, dict) and {"dataset", "lam"} <= saved.keys() and ours
 
 
+def check_resumed_corpus(out: Path, fingerprint: str, files: list) -> None:
+    """``--resume`` on the corpora the saved run trained on (their fingerprints, in ``data.json``)."""
+    data = out / "data.json"
+    if data.exists() and read_json(data).get("corpus_fingerprint") != fingerprint:
+        raise UserError(f"--resume on other corpora than the saved run's ({', '.join(map(str, files))} changed, or are "
+                        f"other datasets); fix: pass the run's datasets, or a new --output-dir")
+
+
 def record_run(config: TrainConfig, datasets: list, indexes: list[Path], resume: bool) -> None:
     """On --resume, the saved run must be this one: the same settings, the same corpora (their
     fingerprints, in ``data.json``), and no more epochs trained than now asked for. Then this
@@ -79,10 +87,8 @@ def record_run(config: TrainConfig, datasets: list, indexes: list[Path], resume:
     out = Path(config.output_dir)
     saved, data = out / "config.json", out / "data.json"
     corpus = "+".join(IndexMeta.load(index, probe=False).corpus_fingerprint for index in indexes)
-    if resume and data.exists() and read_json(data).get("corpus_fingerprint") != corpus:
-        files = ", ".join(str(d.corpus_file) for d in datasets)
-        raise UserError(f"--resume on other corpora than the saved run's ({files} changed, or are other "
-                        f"datasets); fix: pass the run's datasets, or a new --output-dir")
+    if resume:
+        check_resumed_corpus(out, corpus, [d.corpus_file for d in datasets])
     if resume and saved.exists():
         old = read_json(saved)
         changed = [f.name for f in fields(TrainConfig)
