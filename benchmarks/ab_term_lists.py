@@ -72,6 +72,14 @@ def child(tree: Path, model: Path, dataset: str) -> dict:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
+def _commit(tree: Path) -> str:
+    """The checkout's commit, and whether its working tree differs from it."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=tree, capture_output=True,
+                           text=True)
+    return (head.stdout.strip() or str(tree)) + (" with uncommitted changes" if dirty.stdout.strip() else "")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--base", required=True, help="the other checkout (its repository root)")
@@ -100,7 +108,7 @@ def main() -> None:
         print(f"| {k} | {medians['base'][k]:,.0f} | {medians['new'][k]:,.0f} | {medians['new'][k] / medians['base'][k]:.2f}x |")
     if args.json_out:
         command = "python benchmarks/ab_term_lists.py " + " ".join(sys.argv[1:])
-        Path(args.json_out).write_text(json.dumps({"command": command, "base": str(base), "new": str(new),
+        Path(args.json_out).write_text(json.dumps({"command": command, "base": _commit(base), "new": _commit(new),
                                                    "dataset": args.dataset, "rounds": runs, "medians": medians},
                                                   indent=1) + "\n")
 

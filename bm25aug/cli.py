@@ -167,7 +167,7 @@ def _serve_parser(sub) -> None:
                              ("shutdown-s", int, "seconds a stop waits for in-flight requests"),
                              ("header-timeout-s", float, "seconds a request (head and body) has to arrive"),
                              ("max-connections", int, "open connections (past it the oldest idle one is closed)"),
-                             ("send-timeout-s", float, "seconds an answer may wait unread before its connection is dropped"),
+                             ("send-timeout-s", float, "seconds an answer may stand unread before its connection is dropped"),
                              ("unread-budget-mb", int, "MB of answers waiting on slow readers, all together"),
                              ("max-terms", int, "terms of one weighted query"),
                              ("max-body-bytes", int, "largest request body"),

@@ -42,7 +42,7 @@ def check_before_work(args: argparse.Namespace, out: Path, settings_file: Path) 
     refuse_finished(out, args.resume)
     if not args.resume:
         return
-    trained = (out / "config.json").exists() or (out / "last").exists() or (out / "best").exists()
+    trained = (out / "last").exists() or (out / "best").exists()  # an epoch saved (a run stopped before: restarts)
     if trained and not settings_file.is_file():
         raise UserError(f"--resume on {out}, which holds a run but no {settings_file.name}, so the adapt settings it "
                         f"was started with (its pseudo-queries, teacher and mix) cannot be checked against these; fix: "

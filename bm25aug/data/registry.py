@@ -49,6 +49,9 @@ class DatasetSpec:
     # Every query is also a corpus document: drop hits whose docid is the query id before
     # scoring, as Pyserini's BEIR regressions do (Anserini's -removeQuery).
     remove_query: bool = False
+    # The data's license, where it is known here (a model trained on it is shipped only under
+    # licenses that allow it: bm25aug.model.packaged; ../shared/data's README names them).
+    license: str = ""
 
 
 _DPR_PASSAGES = {"psgs_w100.tsv.gz": f"{DPR_URL}/wikipedia_split/psgs_w100.tsv.gz"}
@@ -65,7 +68,7 @@ REGISTRY: dict[str, DatasetSpec] = {
     "entityquestions": DatasetSpec("dpr", {**_DPR_PASSAGES,
                                            "dataset.zip": "https://nlp.cs.princeton.edu/projects/entity-questions/dataset.zip"},
                                    transfer_source="nq"),
-    "squad": DatasetSpec("dpr", transfer_source="nq"),
+    "squad": DatasetSpec("dpr", transfer_source="nq", license="CC BY-SA 4.0"),
     "msmarco": DatasetSpec("msmarco", {"collectionandqueries.tar.gz":
                                        "https://msmarco.z22.web.core.windows.net/msmarcoranking/collectionandqueries.tar.gz"},
                            eval_split="dev"),
@@ -79,10 +82,12 @@ for _name in BEIR_NAMES:
 # comes from). SQuADShifts: new SQuAD-style questions on Wikipedia, Reddit and Amazon text (Miller
 # et al., 2020), so a SQuAD model is their transfer source; MedQuAD: NIH consumer-health answers.
 for _name in ("squadshifts-wiki", "squadshifts-reddit", "squadshifts-amazon"):
-    REGISTRY[_name] = DatasetSpec("dpr", transfer_source="squad")
-REGISTRY["medquad"] = DatasetSpec("beir")
-REGISTRY["scifact"] = DatasetSpec("beir", {"scifact.zip": BEIR_URL.format(name="scifact")}, transfer_source="nfcorpus")
-REGISTRY["nfcorpus"] = DatasetSpec("beir", {"nfcorpus.zip": BEIR_URL.format(name="nfcorpus")}, transfer_source="scifact")
+    REGISTRY[_name] = DatasetSpec("dpr", transfer_source="squad", license="CC BY 4.0")
+REGISTRY["medquad"] = DatasetSpec("beir", license="CC BY 4.0")
+REGISTRY["scifact"] = DatasetSpec("beir", {"scifact.zip": BEIR_URL.format(name="scifact")}, transfer_source="nfcorpus",
+                                  license="CC BY-NC 2.0")
+REGISTRY["nfcorpus"] = DatasetSpec("beir", {"nfcorpus.zip": BEIR_URL.format(name="nfcorpus")}, transfer_source="scifact",
+                                   license="free for academic use (Boteva et al., 2016)")
 
 
 def layouts_in(path: Path) -> list[str]:

@@ -39,12 +39,15 @@ def checkpoint_dev(dataset, checkpoint: Path | None):
 
 
 def resolve_checkpoint(path: str | None, dataset_name: str, transfer: bool) -> Path:
-    """``--checkpoint`` (a model dir or a train.py output dir), else ``checkpoints/<source>/best``."""
+    """``--checkpoint`` (a model dir, a train.py output dir or a packaged model's name), else
+    ``checkpoints/<source>/best``."""
     from bm25aug.data.registry import REGISTRY
     from bm25aug.model.augmenter import CONFIG_NAME
 
     if path:
-        p = Path(path)
+        from bm25aug.model.packaged import resolve
+
+        p = resolve(path)  # a folder, or a packaged model's name ("general")
         p = p / "best" if (p / "best").is_dir() else p
         if not (p / CONFIG_NAME).exists():
             raise UserError(f"{p} is not a bm25aug checkpoint (no {CONFIG_NAME}); fix: pass the directory "

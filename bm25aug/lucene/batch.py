@@ -147,7 +147,7 @@ class JavaBatch:
 class PendingSearch:
     """A batch running on the Java pool (``bm25aug.lucene.batch``); Python is free meanwhile."""
 
-    def __init__(self, index: LuceneIndex, kind: str, texts: list[str], k: int, threads: int):
+    def __init__(self, index: LuceneIndex, kind: str, texts: list, k: int, threads: int):
         self.index, self.kind, self.texts, self.k, self.threads = index, kind, texts, k, threads
         self.n = index.depth(k) if index.num_docs else 0
         self.batch = JavaBatch(search_function(index, kind, self.n), texts, threads) if texts and self.n else None
@@ -167,7 +167,7 @@ class PendingSearch:
             short = [i for i in short if not self.index.complete(results[i], n, self.k)]
         return anserini_top(results, self.k, self.index.id_rank)
 
-    def _packed(self, batch: JavaBatch, texts: list[str]) -> list[np.ndarray]:
+    def _packed(self, batch: JavaBatch, texts: list) -> list[np.ndarray]:
         """Each query's Lucene hits (``PAIRS``); a query Lucene refused is searched alone, for its own error line."""
         from jnius import JavaException
 

@@ -283,13 +283,13 @@ class LuceneIndex:
         n = self.depth(k)
         return anserini_top([self.deepen(query, self._top(query, n), n, k)], k, self.id_rank)[0]
 
-    def submit(self, kind: str, texts: list[str], k: int, threads: int):
+    def submit(self, kind: str, texts: list, k: int, threads: int):
         """Start searching ``texts`` (query texts of ``kind``, none empty) on ``threads`` Java
         threads; ``result()`` waits and returns each one's ``TopK``, equal to ``search``'s."""
         from bm25aug.lucene.batch import PendingSearch
 
         if kind == ANALYZED and self.fields:  # the Java pool's analyzed queries search contents alone
-            raise ValueError("a multifield index is searched in batches with weighted texts (weighted_text)")
+            raise ValueError("a multifield index is searched in batches with term lists' elements (terms_element)")
         check("k", k)
         check("threads", threads)
         return PendingSearch(self, kind, texts, k, threads)

@@ -28,10 +28,10 @@ from bm25aug.limits import RUNTIMES, check_choice
 from bm25aug.model.encoder import QueryEncoder
 from bm25aug.model.augmenter import CONFIG_NAME, WEIGHTS_NAME, AugmenterConfig, QueryAugmenter
 from bm25aug.model.loading import is_static, load_model
+from bm25aug.model.packaged import ONNX_FILE, check_packaged, is_packaged, resolve
 
 log = logging.getLogger(__name__)
 ONNX_DIR = "onnx"
-ONNX_FILE = "model.int8.onnx"
 # Bumped whenever export_onnx changes what it writes, so that older exports are made again.
 RECIPE = ("outputs w and a on live entries; eager attention, onnxruntime bert fusion without SkipLayerNormalization, "
           "dynamic int8 per channel")
@@ -126,6 +126,21 @@ class OnnxQueryEncoder(QueryEncoder):
         self.config, self.tokenizer, self.target = model.config, model.tokenizer, model.target
         self.path = model.path
 
+    @classmethod
+    def packaged(cls, folder: Path, runtime: str) -> "OnnxQueryEncoder":
+        """A packaged model's encoder (``bm25aug.model.packaged``): its ONNX file, settings and
+        tokenizer, with no torch model to read them from."""
+        from transformers import AutoTokenizer
+
+        from bm25aug.model.targets import make_target
+
+        encoder = cls.__new__(cls)
+        encoder.session = onnx_session(check_packaged(folder, runtime))
+        encoder.config = AugmenterConfig.load(folder)
+        encoder.tokenizer = AutoTokenizer.from_pretrained(folder, use_fast=True)
+        encoder.target, encoder.path = make_target(encoder.tokenizer, encoder.config), folder
+        return encoder
+
     def encode_batch(self, texts: list[str], feedback: list[str] | None = None) -> list[dict[str, float]]:
         if not texts:
             return []
@@ -151,10 +166,13 @@ def onnx_path(checkpoint: Path, model: QueryAugmenter, source: str | None = None
 
 
 def load_encoder(checkpoint: str | Path, runtime: str = "onnx-int8"):
-    """The query encoder of a checkpoint: ``onnx-int8`` (default: fastest on CPU), ``torch-int8``
-    or ``torch-fp32`` (the reference). Anything with ``encode``, ``tokenizer`` and ``config``."""
+    """The query encoder of a checkpoint (a folder, or a packaged model's name: ``bm25aug.model.packaged``):
+    ``onnx-int8`` (default: fastest on CPU), ``torch-int8`` or ``torch-fp32`` (the reference).
+    Anything with ``encode``, ``tokenizer`` and ``config``."""
     check_choice("query encoder runtime", runtime, RUNTIMES)
-    checkpoint = Path(checkpoint)
+    checkpoint = resolve(checkpoint)  # a folder, or a packaged model's name ("general")
+    if is_packaged(checkpoint):
+        return OnnxQueryEncoder.packaged(checkpoint, runtime)
     model, source = _read(checkpoint)
     if is_static(model):
         return model  # a table lookup: nothing to export or quantize, every runtime is the same

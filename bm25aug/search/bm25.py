@@ -12,7 +12,6 @@ through ``bm25aug.lucene.reader``.
 from __future__ import annotations
 
 import logging
-import math
 from collections import Counter
 from pathlib import Path
 from typing import NamedTuple, Sequence

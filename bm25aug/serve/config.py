@@ -65,7 +65,7 @@ class ServeConfig:
     allowed_origins: tuple[str, ...] = tuple(f"http://{host}" for host in LOOPBACK_HOSTS)
     header_timeout_s: float = 10.0  # a connection's request (head and body) must arrive within this
     max_connections: int = 2048  # open connections; past it the oldest idle one is closed
-    send_timeout_s: float = 10.0  # an answer its client leaves unread this long is dropped, with the connection
+    send_timeout_s: float = 10.0  # an answer left standing unread this long is dropped, with the connection
     unread_budget_mb: int = 256  # answers waiting on slow readers, all together; past it the longest waiting is dropped
     max_terms: int = 1024  # terms of one weighted query (Lucene's default clause limit)
     max_body_bytes: int = 1 << 20  # a request body (the weighted-term POST's JSON); larger: a 413

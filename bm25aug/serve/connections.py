@@ -16,13 +16,15 @@ Here (``_Guarded`` over uvicorn's httptools protocol, a class made per server by
   never sent a whole request first, then a keep-alive one between requests), so a real client
   still gets through; only when every one is busy is the new one answered 503 and closed;
 * **a send timeout and a budget for unread answers**: an answer the client does not read waits
-  in the server's memory (a thousand hits with their documents is about 8 MB). A connection whose
-  answer fills the write buffer is dropped after ``send_timeout_s``, and all such answers together
-  may hold ``unread_budget_mb``, past which the longest waiting is dropped first, so a slow or
-  hostile reader holds at most that much, for at most that long (docs/usage-serve.md);
+  in the server's memory (10,000 hits with their documents is about 8 MB). A connection whose
+  answer fills the write buffer and then stands still for ``send_timeout_s`` is dropped (one that
+  reads, however slowly, goes on), and all such answers together may hold ``unread_budget_mb``,
+  past which those standing still are dropped first, so a hostile reader holds at most that much,
+  for at most that long (docs/usage-serve.md);
 * **a 503 without a reset**: a connection refused at the cap gets its 503 and an end of stream,
-  and its request is read and dropped, since closing with it unread makes TCP reset the
-  connection and the client lose the answer;
+  and its request is read and dropped for up to 2 s (64 such connections at once; past that they
+  are closed at once), since closing with it unread makes TCP reset the connection and the client
+  lose the answer;
 * **a JSON 400** for what the parser refuses (uvicorn's is plain text), such as a URL over
   httptools' 65,535 bytes.
 
@@ -110,6 +112,8 @@ class _Guarded:
     open_connections: OrderedDict  # oldest first
     stalled: OrderedDict  # connections whose unread answer filled the write buffer, longest stalled first
     refuse_linger_s = 2.0  # how long a refused connection's request is read and dropped, so TCP ends it cleanly
+    max_lingering = 64  # refused connections read and dropped at once; past it they are closed at once
+    lingering: set
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -117,6 +121,7 @@ class _Guarded:
         self._begun = False  # a request's first byte has arrived and it is not whole yet
         self._served = False  # a whole request has arrived on this connection
         self._refused = False  # answered 503 at the cap: what it still sends is read and dropped
+        self._held = 0  # bytes its answer held in the write buffer at the last check (slow readers)
 
     # -------------------------------------------------------------------- connection lifecycle
     def connection_made(self, transport) -> None:
@@ -128,6 +133,7 @@ class _Guarded:
 
     def connection_lost(self, exc) -> None:
         self.open_connections.pop(self, None)
+        self.lingering.discard(self)
         self.stalled.pop(self, None)
         self._disarm()
         self._cancel_send_timer()
@@ -164,11 +170,16 @@ class _Guarded:
         self._disarm()
         self._refused = True
         self.transport.write(answer)
-        if self.transport.can_write_eof():
+        if self.transport.can_write_eof() and len(self.lingering) < self.max_lingering:
+            self.lingering.add(self)
             self.transport.write_eof()
-            self.loop.call_later(self.refuse_linger_s, self.transport.abort)
-        else:
+            self.loop.call_later(self.refuse_linger_s, self._end_linger)
+        else:  # a flood of refused connections: their file descriptors go at once (a client may see a reset)
             self.transport.close()
+
+    def _end_linger(self) -> None:
+        self.lingering.discard(self)
+        self.transport.abort()
 
     def _close(self) -> None:
         self.open_connections.pop(self, None)  # now, not when the loop reports it lost: the cap counts it gone
@@ -208,20 +219,32 @@ class _Guarded:
 
     # ------------------------------------------------------------- slow readers (send timeout)
     def pause_writing(self) -> None:
-        """The client reads slower than its answer is written: the answer waits in memory. It may
-        wait ``send_timeout_s`` before the connection is dropped, and all such answers together may
-        hold ``unread_budget`` bytes: past it, the longest stalled is dropped first."""
+        """The client reads slower than its answer is written: the answer waits in memory. A check
+        every ``send_timeout_s`` drops the connection once its answer stood still for a whole
+        period (a client that reads, however slowly, goes on), and all waiting answers together
+        may hold ``unread_budget`` bytes: past it, those that stood still since they began to wait
+        are dropped first, longest waiting first."""
         super().pause_writing()
         self.stalled[self] = None
+        self._held = self.transport.get_write_buffer_size()
         self._cancel_send_timer()
-        self._send_timer = self.loop.call_later(self.send_timeout_s, self._drop_unread)
+        self._send_timer = self.loop.call_later(self.send_timeout_s, self._check_progress)
         held = {c: c.transport.get_write_buffer_size() for c in self.stalled}
         total = sum(held.values())
-        for connection in list(self.stalled):
+        for connection in sorted(self.stalled, key=lambda c: held[c] < c._held):  # stable: the still ones first
             if total <= self.unread_budget:
                 break
             total -= held[connection]
             connection._drop_unread()
+
+    def _check_progress(self) -> None:
+        self._send_timer = None
+        held = self.transport.get_write_buffer_size()
+        if held < self._held:  # the client read some of it since the last check
+            self._held = held
+            self._send_timer = self.loop.call_later(self.send_timeout_s, self._check_progress)
+        else:
+            self._drop_unread()
 
     def resume_writing(self) -> None:
         super().resume_writing()
@@ -274,4 +297,5 @@ def protocol_class(config) -> type:
     return type("Protocol", (_Guarded, HttpToolsProtocol), {
         "header_timeout_s": config.header_timeout_s, "send_timeout_s": config.send_timeout_s,
         "unread_budget": config.unread_budget_mb << 20, "max_connections": config.max_connections,
-        "retry_after": config.retry_after, "open_connections": OrderedDict(), "stalled": OrderedDict()})
+        "retry_after": config.retry_after, "open_connections": OrderedDict(), "stalled": OrderedDict(),
+        "lingering": set()})

@@ -262,7 +262,8 @@ class SearchService:
     async def search_terms(self, index: str, terms, hits: int = 10, parse: bool = True) -> dict:
         """A weighted term list ``{term: weight}`` searched as ``BM25Searcher.search_terms`` does (index
         terms, not analyzed; on a multifield index with ``term_fields``, as ``method=augmented``),
-        answered as ``search`` is; ``query`` holds the Lucene text searched and the terms."""
+        answered as ``search`` is; ``query`` holds the terms and, for people to read, the structure
+        searched in Lucene's syntax (``query_syntax``)."""
         backend = self.backend(index)
         fields = backend.term_fields or backend.bm25.fields  # multifield: each term once per field
         try:

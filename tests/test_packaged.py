@@ -1,0 +1,92 @@
+"""The general model shipped inside the package (issue 51): by name, offline, with no training, on
+any flat index, Pyserini's stock ones included; every path ranks alike with it; its files are
+checked when it loads; it holds only data whose license lets it ship."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+
+import pytest
+
+from bm25aug.errors import UserError
+from bm25aug.model import packaged
+from test_reliability import run_cli
+from test_stock_index import pyserini_index
+
+QUERIES = ["what causes lions to roar", "electric car battery in a garage", "a cat on the mat"]
+
+
+@pytest.fixture(scope="module")
+def general():
+    return packaged.PACKAGED_ROOT / "general"
+
+
+def test_general_is_shipped_small_with_its_card_and_licenses(general):
+    assert "general" in packaged.names()
+    record = json.loads((general / packaged.PACKAGE_FILE).read_text())
+    size = sum(f.stat().st_size for f in general.iterdir())
+    assert record["bytes"] <= size < 64 << 20, size  # small enough for the repository and the wheel
+    assert set(record["training_sets"].values()) <= set(packaged.SHIPPABLE)
+    card = (general / "README.md").read_text()
+    for name, license in record["training_sets"].items():
+        assert f"| {name} | {license} |" in card
+    assert not (general / "model.safetensors").exists()  # the runtime only
+    root = packaged.PACKAGED_ROOT.parents[1]
+    for doc in ("README.md", "docs/results.md"):  # the size the docs quote is the recorded one
+        assert f"{record['bytes'] / 1e6:.1f} MB" in (root / doc).read_text(), doc
+
+
+def test_the_packaged_model_searches_a_stock_index_on_every_path_alike(general, tmp_path):
+    """AugmentedSearcher, the batch path, the CLI and the server, on an index Pyserini built."""
+    from bm25aug.search.augmented import AugmentedSearcher
+    from bm25aug.serve.config import IndexSpec, ServeConfig
+    from bm25aug.serve.service import SearchService
+
+    stock = pyserini_index(tmp_path / "stock.flat")
+    searcher = AugmentedSearcher.from_pretrained("general", stock)
+    alone = [[(h.docid, h.score) for h in searcher.search(q, k=5)] for q in QUERIES]
+    assert any(alone)
+    batch = searcher.batch_search(QUERIES, [f"q{i}" for i in range(len(QUERIES))], k=5, threads=2)
+    assert [[(h.docid, h.score) for h in hits] for hits in batch.values()] == alone
+    out = run_cli("-m", "bm25aug.cli", "search", "--index", str(stock), "--model", "general", "--query", QUERIES[0],
+                  "--k", "5", env={"HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr
+    printed = [line.split()[1:3] for line in out.stdout.splitlines() if line.strip()]
+    assert printed == [[d, f"{s:.5f}"] for d, s in alone[0]]
+    service = SearchService(ServeConfig(indexes=[IndexSpec("s", str(stock), "general")], workers=1))
+    try:
+        answer = asyncio.run(service.search("s", QUERIES[0], 5, "augmented"))
+        assert [(c["docid"], c["score"]) for c in answer["candidates"]] == alone[0]
+    finally:
+        service.close()
+
+
+def test_a_changed_file_or_another_runtime_is_one_line(general, tmp_path):
+    from bm25aug.model.onnx_encoder import OnnxQueryEncoder, load_encoder
+
+    with pytest.raises(UserError, match="ships only its onnx-int8"):
+        load_encoder("general", "torch-fp32")
+    copy = tmp_path / "general"
+    shutil.copytree(general, copy)
+    data = bytearray((copy / packaged.ONNX_FILE).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (copy / packaged.ONNX_FILE).write_bytes(bytes(data))
+    with pytest.raises(UserError, match="not the file it shipped"):
+        OnnxQueryEncoder.packaged(copy, "onnx-int8")
+
+
+def test_a_folder_of_that_name_wins_over_the_packaged_model(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert packaged.resolve("general") == packaged.PACKAGED_ROOT / "general"
+    (tmp_path / "general").mkdir()
+    assert packaged.resolve("general") == packaged.Path("general")
+    assert packaged.resolve("checkpoints/x") == packaged.Path("checkpoints/x")
+
+
+def test_a_recipe_whose_data_may_not_ship_is_refused_before_training(monkeypatch):
+    """The seven-corpus recipe holds SciFact (CC BY-NC): refused before a step is trained."""
+    monkeypatch.setitem(packaged.BUILDS, "general", {"recipe": "general", "run": "runs/never"})
+    with pytest.raises(UserError, match="scifact \\(CC BY-NC 2.0\\)"):
+        packaged.build("general")
