@@ -178,15 +178,15 @@ def test_pseudo_query_kinds():
 
 
 def test_a_corpus_file_and_a_stock_index_are_read(tmp_path):
-    """--corpus FILE (here MS MARCO's collection.tsv) is indexed under its folder's name, and
-    --index reads the documents an index stores."""
+    """--corpus FILE (here MS MARCO's collection.tsv) is indexed under its folder's name and its
+    fingerprint, and --index reads the documents an index stores."""
     from bm25aug.adapt.source import resolve
 
     folder = tmp_path / "mine"
     folder.mkdir()
     (folder / "collection.tsv").write_text("1\tThe cat sat on the mat and purred.\n2\tA dog barked all morning.\n")
     source = resolve(None, str(folder / "collection.tsv"), None, index_root=str(tmp_path / "indexes"))
-    assert source.name == "mine" and source.index == tmp_path / "indexes" / "mine.flat"
+    assert source.name.startswith("mine-") and source.index == tmp_path / "indexes" / f"{source.name}.flat"
     assert source.corpus["1"].text == "The cat sat on the mat and purred."
     stock = resolve(None, None, str(source.index))
     assert len(stock.corpus) == 2 and "dog barked" in stock.corpus["2"].text
