@@ -58,10 +58,12 @@ def check_packaged(folder: Path, runtime: str) -> Path:
         actual = digest(folder / ONNX_FILE)
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise UserError(f"the packaged model {folder} is incomplete ({type(e).__name__}: {str(e)[:120]}); fix: "
-                        f"reinstall bm25aug (pip install --force-reinstall .)") from None
+                        f"restore the folder from the release or checkout it came with (git checkout -- {folder}), or "
+                        f"rebuild it: python -m bm25aug.model.packaged {folder.name}") from None
     if actual != expected:
         raise UserError(f"the packaged model's {ONNX_FILE} in {folder} is not the file it shipped (checksum "
-                        f"differs); fix: reinstall bm25aug (pip install --force-reinstall .)")
+                        f"differs); fix: restore the folder from the release or checkout it came with (git checkout -- "
+                        f"{folder}), or rebuild it: python -m bm25aug.model.packaged {folder.name}")
     return folder / ONNX_FILE
 
 
