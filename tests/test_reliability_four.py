@@ -370,15 +370,12 @@ def test_a_reader_that_never_reads_is_dropped_and_frees_its_answer():
 
 def test_a_connection_past_the_cap_reads_its_503_without_a_reset():
     """SV4: 8 of 12 concurrent searches saw ConnectionResetError, none the documented 503."""
-    from test_serve_hardening import tiny_app
+    from test_serve_hardening import hold, tiny_app
 
     gate, holding = threading.Event(), []
     server = InThread(tiny_app(gate, holding=holding), max_connections=2, header_timeout_s=60)
     try:
-        busy = [server.connect() for _ in range(2)]
-        for s in busy:
-            s.sendall(request("/hold"))
-        until(lambda: len(holding) == 2, "both busy")
+        busy = hold(server, 2, holding)
         for _ in range(5):
             resets: list = []
             with server.connect() as refused:

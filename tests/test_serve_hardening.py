@@ -136,6 +136,15 @@ def test_unfinished_requests_are_timed_out_and_a_bad_request_line_is_json():
         server.stop()
 
 
+def hold(server: InThread, n: int, holding: list) -> list[socket.socket]:
+    """``n`` connections, each with a ``/hold`` request that ``tiny_app`` holds until its gate is set."""
+    busy = [server.connect() for _ in range(n)]
+    for s in busy:
+        s.sendall(request("/hold"))
+    until(lambda: len(holding) == n, f"the {n} busy requests held")
+    return busy
+
+
 def test_past_the_connection_cap_the_oldest_idle_connection_makes_room():
     gate, holding = threading.Event(), []
     server = InThread(tiny_app(gate, holding=holding), max_connections=4, header_timeout_s=60)
@@ -146,10 +155,7 @@ def test_past_the_connection_cap_the_oldest_idle_connection_makes_room():
             real.sendall(request("/health"))
             assert read_all(real).startswith(b"HTTP/1.1 200")
         assert read_all(idle[0]) == b""  # the oldest, which never sent a request
-        busy = [server.connect() for _ in range(4)]
-        for s in busy:
-            s.sendall(request("/hold"))
-        until(lambda: len(holding) == 4, "the 4 busy requests held")
+        busy = hold(server, 4, holding)
         with server.connect() as refused:  # every connection busy: this one is refused, not left waiting
             status, error = json_error(read_all(refused))
             assert status == 503 and "connections" in error

@@ -15,14 +15,12 @@ from bm25aug.model.config import CONFIG_NAME, AugmenterConfig
 
 def load_model(path: str | Path):
     """The model in ``path``: a ``QueryAugmenter`` or a ``StaticQueryModel``, in eval mode."""
-    from bm25aug.model.packaged import BUILDS, is_packaged
+    from bm25aug.model import packaged
 
     path = Path(path)
-    if is_packaged(path):
-        run = BUILDS.get(path.name, {}).get("run", "its run folder")
+    if packaged.is_packaged(path):
         raise UserError(f"{path.name} is a packaged model: it ships only its int8 ONNX query encoder, which searches "
-                        f"but cannot be trained or loaded in torch; fix: use its full model, {run}/best (made by "
-                        f"`python -m bm25aug.model.packaged {path.name}`)")
+                        f"but cannot be trained or loaded in torch; fix: use its full model, {packaged.full_model(path)}")
     if not (path / CONFIG_NAME).exists():
         raise UserError(f"{path} is not a bm25aug checkpoint (no {CONFIG_NAME}); fix: pass the directory written "
                         f"by `python train.py` (e.g. checkpoints/<dataset>/best)")

@@ -121,10 +121,10 @@ class OnnxQueryEncoder(QueryEncoder):
 
     batch_exact = False  # dynamic int8: one activation scale per batch
 
-    def __init__(self, path: Path, model: QueryAugmenter):
+    def __init__(self, path: Path, config: AugmenterConfig, tokenizer, target, origin: Path | None):
+        """``path``: the ONNX file; ``origin``: the model folder it stands for (``encoder.path``)."""
         self.session = onnx_session(path)
-        self.config, self.tokenizer, self.target = model.config, model.tokenizer, model.target
-        self.path = model.path
+        self.config, self.tokenizer, self.target, self.path = config, tokenizer, target, origin
 
     @classmethod
     def packaged(cls, folder: Path, runtime: str) -> "OnnxQueryEncoder":
@@ -134,12 +134,8 @@ class OnnxQueryEncoder(QueryEncoder):
 
         from bm25aug.model.targets import make_target
 
-        encoder = cls.__new__(cls)
-        encoder.session = onnx_session(check_packaged(folder, runtime))
-        encoder.config = AugmenterConfig.load(folder)
-        encoder.tokenizer = AutoTokenizer.from_pretrained(folder, use_fast=True)
-        encoder.target, encoder.path = make_target(encoder.tokenizer, encoder.config), folder
-        return encoder
+        config, tokenizer = AugmenterConfig.load(folder), AutoTokenizer.from_pretrained(folder, use_fast=True)
+        return cls(check_packaged(folder, runtime), config, tokenizer, make_target(tokenizer, config), folder)
 
     def encode_batch(self, texts: list[str], feedback: list[str] | None = None) -> list[dict[str, float]]:
         if not texts:
@@ -180,7 +176,8 @@ def load_encoder(checkpoint: str | Path, runtime: str = "onnx-int8"):
         return model
     if runtime == "torch-int8":
         return model.quantized()
-    return OnnxQueryEncoder(onnx_path(checkpoint, model, source), model)
+    return OnnxQueryEncoder(onnx_path(checkpoint, model, source), model.config, model.tokenizer, model.target,
+                            model.path)
 
 
 def _read(checkpoint: Path, tries: int = 3) -> tuple[QueryAugmenter, str | None]:

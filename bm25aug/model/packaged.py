@@ -50,21 +50,30 @@ def check_packaged(folder: Path, runtime: str) -> Path:
 
     if runtime != RUNTIME:
         raise UserError(f"{folder.name} is a packaged model that ships only its {RUNTIME} query encoder, not "
-                        f"{runtime}; fix: drop --runtime (or pass {RUNTIME}), or rebuild the full model with "
-                        f"`python -m bm25aug.reproduce --only {folder.name}`")
+                        f"{runtime}; fix: drop --runtime (or pass {RUNTIME}), or use its full model, {full_model(folder)}")
     try:
         record = json.loads((folder / PACKAGE_FILE).read_text(encoding="utf-8"))
         expected = record["onnx_digest"]
         actual = digest(folder / ONNX_FILE)
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise UserError(f"the packaged model {folder} is incomplete ({type(e).__name__}: {str(e)[:120]}); fix: "
-                        f"restore the folder from the release or checkout it came with (git checkout -- {folder}), or "
-                        f"rebuild it: python -m bm25aug.model.packaged {folder.name}") from None
+        raise UserError(f"the packaged model {folder} is incomplete ({type(e).__name__}: {str(e)[:120]}); "
+                        f"{_restore(folder)}") from None
     if actual != expected:
         raise UserError(f"the packaged model's {ONNX_FILE} in {folder} is not the file it shipped (checksum "
-                        f"differs); fix: restore the folder from the release or checkout it came with (git checkout -- "
-                        f"{folder}), or rebuild it: python -m bm25aug.model.packaged {folder.name}")
+                        f"differs); {_restore(folder)}")
     return folder / ONNX_FILE
+
+
+def _restore(folder: Path) -> str:
+    """The fix for a damaged packaged model."""
+    return (f"fix: restore the folder from the release or checkout it came with (git checkout -- {folder}), or "
+            f"rebuild it: python -m bm25aug.model.packaged {folder.name}")
+
+
+def full_model(folder: Path) -> str:
+    """Where the full (torch) model a packaged one was cut from is, and the command that makes it."""
+    run = BUILDS.get(folder.name, {}).get("run", "its run folder")
+    return f"{run}/best (made by `python -m bm25aug.model.packaged {folder.name}`)"
 
 
 # How each packaged model is made: the recipe trained (its datasets are the training data, every
