@@ -20,8 +20,10 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP)
 
+# Two workers, one per core, each module on one worker (its fixtures, a cluster's too, start once).
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q -ra tests
+	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile tests
 
 # --resume makes a second `make demo` reuse the finished model instead of training again.
 demo: $(STAMP)

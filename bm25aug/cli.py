@@ -1,4 +1,4 @@
-"""``bm25aug`` command line: index, train, adapt, eval, search, export, serve. It parses and dispatches; each
+"""``bm25aug`` command line: index, train, adapt, eval, search, export, serve, cluster. It parses and dispatches; each
 command's work is a library function (``<subpackage>.<module>.run``). ``train.py``/``eval.py``
 call into here."""
 
@@ -18,7 +18,8 @@ log = logging.getLogger("bm25aug")
 # The module whose ``run(args)`` does each command.
 COMMANDS = {"index": "bm25aug.lucene.index", "train": "bm25aug.train.command", "eval": "bm25aug.eval.command",
             "search": "bm25aug.search.command", "export": "bm25aug.model.export",
-            "serve": "bm25aug.serve.command", "adapt": "bm25aug.adapt.command"}
+            "serve": "bm25aug.serve.command", "adapt": "bm25aug.adapt.command",
+            "cluster": "bm25aug.opensearch.local", "index --to": "bm25aug.opensearch.ingest"}
 
 
 def _setup_logging() -> None:
@@ -52,14 +53,31 @@ def _runtime_arg(p: argparse.ArgumentParser) -> None:
 
 def _index_parser(sub) -> None:
     from bm25aug.lucene.index import FLAVORS
+    from bm25aug.opensearch.schema import REPLICAS, SHARDS
 
     p = sub.add_parser("index", help="build Lucene indexes of a dataset")
     p.add_argument("--dataset", required=True)
     p.add_argument("--flavor", nargs="+", default=["flat", "wp"], choices=FLAVORS,
                    help="flat and wp (default), or multifield: title and text as separate fields, as Pyserini's")
     p.add_argument("--force", action="store_true",
-                   help="rebuild even if up to date, replacing whatever folder is at the index path")
+                   help="rebuild even if up to date, replacing whatever folder is at the index path (with --to: "
+                        "replace the cluster's index)")
+    p.add_argument("--to", metavar="URL", help="index into an OpenSearch cluster instead, as the flat index scores: "
+                                               "http://HOST:PORT[,HOST:PORT...]/INDEX (docs/scale-out.md)")
+    p.add_argument("--shards", type=int, help=f"with --to: shards of the new index (default {SHARDS})")
+    p.add_argument("--replicas", type=int, help=f"with --to: copies of each shard on other nodes (default {REPLICAS})")
+    _bm25_args(p)
     _data_args(p)
+
+
+def _cluster_parser(sub) -> None:
+    from bm25aug.opensearch.local import HEAP, NODES
+
+    p = sub.add_parser("cluster", help="start, check or stop a local OpenSearch cluster (docs/scale-out.md)")
+    p.add_argument("action", choices=("start", "status", "stop"))
+    p.add_argument("--nodes", type=int, default=NODES, help=f"with start: nodes, each its own JVM (default {NODES})")
+    p.add_argument("--heap", default=HEAP, help=f"with start: each node's Java heap (default {HEAP})")
+    p.add_argument("--root", help="the cluster's folder (default: $BM25AUG_CLUSTER_ROOT, else bm25aug's cache)")
 
 
 def _train_parser(sub) -> None:
@@ -94,7 +112,8 @@ def _eval_parser(sub) -> None:
     _bm25_args(p)
     _runtime_arg(p)
     p.add_argument("--index", help="search this Lucene index with --method (a stock Pyserini/Anserini index too: "
-                                   "flat as it is, wp with --tokenizer) instead of the dataset's own")
+                                   "flat as it is, wp with --tokenizer), or an OpenSearch index's URL "
+                                   "(docs/scale-out.md), instead of the dataset's own")
     p.add_argument("--tokenizer", help="the WordPiece tokenizer a stock wp --index was built with (e.g. bert-base-uncased)")
     p.add_argument("--fields", nargs="+", metavar="FIELD=WEIGHT",
                    help="a multifield index's field weights, as Pyserini's --fields (e.g. contents=1.0 title=0.25; "
@@ -126,8 +145,9 @@ def _export_parser(sub) -> None:
 
 def _search_parser(sub) -> None:
     p = sub.add_parser("search", help="search an index: one query, or a file of queries to a TREC run")
-    p.add_argument("--index", required=True, help="an index folder (bm25aug's, or a stock Pyserini/Anserini one), or "
-                                                  "a Pyserini prebuilt index name (e.g. beir-v1.0.0-scifact.flat)")
+    p.add_argument("--index", required=True, help="an index folder (bm25aug's, or a stock Pyserini/Anserini one), "
+                                                  "a Pyserini prebuilt index name (e.g. beir-v1.0.0-scifact.flat), "
+                                                  "or an OpenSearch index's URL (http://HOST:PORT/INDEX)")
     p.add_argument("--model", help="a bm25aug model folder: augmented search (default: plain BM25)")
     p.add_argument("--tokenizer", help="plain BM25 on a stock WordPiece index: the tokenizer that built it")
     g = p.add_mutually_exclusive_group(required=True)
@@ -148,8 +168,9 @@ def _serve_parser(sub) -> None:
 
     d = ServeConfig()
     p = sub.add_parser("serve", help="serve indexes over HTTP (Anserini's REST API) or MCP")
-    p.add_argument("--index", action="append", help="NAME=PATH: an index folder or Pyserini prebuilt name to serve "
-                                                    "(repeat for more; a bare PATH is named after its folder)")
+    p.add_argument("--index", action="append", help="NAME=PATH: an index folder, Pyserini prebuilt name or "
+                                                    "OpenSearch index URL to serve (repeat for more; a bare PATH is "
+                                                    "named after its folder)")
     p.add_argument("--model", action="append", help="NAME=PATH: a model folder that rewrites NAME's queries")
     p.add_argument("--config", help="a YAML file of the indexes and settings (docs/usage-serve.md)")
     p.add_argument("--mcp", action="store_true", help="serve MCP tools instead of the REST API")
@@ -184,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bm25aug", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_index_parser, _train_parser, _adapt_parser, _eval_parser, _search_parser, _export_parser,
-                _serve_parser):
+                _serve_parser, _cluster_parser):
         add(sub)
     return parser
 
@@ -202,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         quiet_libraries()
     try:
         check_all(args)
-        importlib.import_module(COMMANDS[args.command]).run(args)
+        command = "index --to" if args.command == "index" and args.to else args.command
+        importlib.import_module(COMMANDS[command]).run(args)
         sys.stdout.flush()  # here, so that a reader that left early is a BrokenPipeError below, not at exit
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

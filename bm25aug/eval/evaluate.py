@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -184,7 +185,7 @@ class EvalResult:
 
 def index_flavor(method: Method, checkpoint: Path | None) -> str:
     """The index flavor ``method`` searches (for augmented: the one its checkpoint was trained for)."""
-    from bm25aug.model.augmenter import AugmenterConfig
+    from bm25aug.model.config import AugmenterConfig
 
     if method.flavor != "target":
         if method.target and (target := AugmenterConfig.load(checkpoint).target) != method.target:
@@ -195,6 +196,7 @@ def index_flavor(method: Method, checkpoint: Path | None) -> str:
     return AugmenterConfig.load(checkpoint).target
 
 
+CLUSTER_METHODS = ("bm25-flat", "augmented")  # what a cluster's index (bm25aug.opensearch) is searched with
 LATENCY_QUERIES = 100  # queries timed one at a time for p50/p95 (the run itself is one batch)
 
 
@@ -224,8 +226,19 @@ def run_method(method: Method, config: EvalConfig, dataset, split, k: int, check
 
     given = index is not None
     index = index or ensure_index(dataset, index_flavor(method, checkpoint), config.index_root, threads=config.threads)
+    cluster = isinstance(index, str)  # an OpenSearch index's URL (bm25aug.opensearch)
+    if cluster and method.name not in CLUSTER_METHODS:
+        raise UserError(f"{method.name} reads what only an index folder holds (document vectors, stored contents "
+                        f"or a WordPiece field); on a cluster's index run {' or '.join(CLUSTER_METHODS)}; fix: pass "
+                        f"the dataset's index folder as --index, or drop it")
     searcher = method.searcher(index, config, checkpoint)
-    if given:
+    if "torch" in sys.modules:  # a model's method loaded it: latency is per query on one thread, model included
+        import torch
+
+        torch.set_num_threads(1)
+    if cluster:
+        searcher_index(searcher).verify(dataset)
+    elif given:
         verify_index(index, dataset, searcher.docids)
     qids, texts = list(split.queries), list(split.queries.values())
     lat = latency_ms(lambda q: searcher.search_arrays(q, k), texts)
@@ -242,6 +255,9 @@ def run_method(method: Method, config: EvalConfig, dataset, split, k: int, check
                  "query_terms_mean": float(np.mean([len(v) for v in terms])) if terms else 0.0}
         if searcher.bm25.meta.flavor == "multifield" and not dataset.is_qa:  # it reads one field; flat measures it
             log.info("%s is multifield: the added terms' precision is measured on the flat index", index)
+        elif cluster and not dataset.is_qa:
+            log.info("%s is on a cluster, whose documents' terms are not read here: the added terms' precision "
+                     "is not measured (eval.py on the dataset's flat index folder measures it)", index)
         elif not dataset.is_qa and DocTermReader(searcher.bm25.index, searcher.bm25.meta.flavor == "wp").readable:
             extra.update(added_term_precision(searcher.bm25, dict(zip(qids, terms)), split))
         elif not dataset.is_qa:
@@ -258,6 +274,18 @@ def run_method(method: Method, config: EvalConfig, dataset, split, k: int, check
     return metrics, run
 
 
+def _given_index(index: str) -> Path | str:
+    """``--index`` as a folder, or as given when it is a cluster's URL."""
+    from bm25aug.opensearch.client import is_cluster
+
+    return index if is_cluster(index) else Path(index)
+
+
+def searcher_index(searcher):
+    """The index object a method's searcher searches (``BM25Searcher.index``)."""
+    return searcher.bm25.index if hasattr(searcher, "bm25") else searcher.index
+
+
 def drop_query_hits(run: dict[str, list]) -> dict[str, list]:
     """The run without hits whose docid is the query id (Anserini's -removeQuery, Pyserini's BEIR
     regressions on ArguAna and Quora), for searched and scored run files alike."""
@@ -267,13 +295,10 @@ def drop_query_hits(run: dict[str, list]) -> dict[str, list]:
 def evaluate(config: EvalConfig) -> EvalResult:
     """Run ``config.method`` (and its companions) on the dataset's split: the run as one batch on
     ``config.threads`` threads, p50/p95 latency one query at a time (``latency_ms``)."""
-    import torch
-
     from bm25aug.data.registry import load_dataset
 
     if config.method not in METHODS:
         raise UserError(f"unknown method {config.method!r}; fix: use one of {', '.join(METHODS)}")
-    torch.set_num_threads(1)  # latency is per query, single thread, model included (batches: Java's threads)
     dataset = load_dataset(config.dataset, config.data_dir)
     split_name = dataset.spec.eval_split if config.split is None else config.split
     method = METHODS[config.method]
@@ -287,7 +312,7 @@ def evaluate(config: EvalConfig) -> EvalResult:
     metrics, runs = {}, {}
     for name in (method.name, *(method.companions if config.companions else ())):
         log.info("evaluating %s on %s/%s (%d queries)", name, dataset.name, split_name, len(split.queries))
-        index = Path(config.index) if config.index and name == method.name else None
+        index = _given_index(config.index) if config.index and name == method.name else None
         # --index and the field weights are the asked-for method's; companions search as they always do
         metrics[name], runs[name] = run_method(METHODS[name], config if name == method.name else replace(config, fields=None),
                                                dataset, split, k, checkpoint, remove_query, index)
@@ -332,7 +357,8 @@ def inputs(config: EvalConfig, run_file: str | Path | None = None) -> dict[str, 
             model = resolve_checkpoint(config.checkpoint, dataset.name, config.transfer)
         except UserError:
             pass  # reported when the evaluation asks for it
-    found = {"the dataset": dataset.path, "--index": Path(config.index) if config.index else None,
+    index = _given_index(config.index) if config.index else None
+    found = {"the dataset": dataset.path, "--index": index if isinstance(index, Path) else None,
              "--checkpoint": Path(config.checkpoint) if config.checkpoint else None, "the model": model,
              "--run": Path(run_file) if run_file else None}
     for flavor in FLAVORS:

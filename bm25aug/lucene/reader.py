@@ -159,6 +159,14 @@ class LuceneIndex:
                 df = self._df[field, term] = int(self.reader.docFreq(jclass("org.apache.lucene.index.Term")(field, term)))
         return df
 
+    def doc_freqs(self, terms, field: str = FIELD) -> dict[str, int]:
+        """``doc_freq`` of each term."""
+        return {t: self.doc_freq(t, field) for t in terms}
+
+    def stored(self, numbers: list[int]) -> list[str | None]:
+        """The raw stored document (Anserini's ``raw`` field) of each Lucene doc number."""
+        return stored_values(self.reader, numbers, RAW_FIELD)
+
     def close(self) -> None:
         with JNI_LOCK:
             self.reader.close()

@@ -5,7 +5,8 @@
 * ``<!-- bench:speed -->``, ``<!-- bench:throughput -->``, ``<!-- bench:scale -->``,
   ``<!-- bench:extrapolation -->``, ``<!-- bench:serve -->`` and ``<!-- bench:two-core* -->`` blocks:
   the recorded runs of ``benchmarks/bench_search.py``, ``benchmarks/scale.py``,
-  ``benchmarks/bench_serve.py`` and ``benchmarks/two_core.py`` (``--record docs/data/*.json``).
+  ``benchmarks/bench_serve.py``, ``benchmarks/two_core.py`` and ``benchmarks/bench_cluster.py``
+  (``--record docs/data/*.json``).
 
 ``python -m bm25aug.reproduce --write-readme`` rewrites every block; ``tests/test_reproduce.py``
 fails while a file disagrees with its data.
@@ -35,6 +36,8 @@ BENCH_DATA["two-core-nolayer"] = ROOT / "docs" / "data" / "two_core_nolayer.json
 BENCH_DATA["static"] = ROOT / "docs" / "data" / "speed_static.json"
 # Two checkouts searching the same term lists, alternately (benchmarks/ab_term_lists.py --json-out)
 BENCH_DATA["term-lists"] = ROOT / "docs" / "data" / "ab_term_lists.json"
+# In-process Lucene against an OpenSearch cluster of 1 and 2 shards (benchmarks/bench_cluster.py --record)
+BENCH_DATA["cluster"] = ROOT / "docs" / "data" / "bench_cluster.json"
 # Where a training step's time goes (research/profile_training.py --json-out)
 BENCH_DATA["profile"] = ROOT / "docs" / "data" / "profile_training.json"
 METRIC_NAMES = {"ndcg@10": "nDCG@10", "recall@100": "R@100", "mrr@10": "MRR@10", "acc@5": "Acc@5",
@@ -277,13 +280,33 @@ def ab_table(recorded: dict) -> str:
                                    f"`{recorded['command']}`."])
 
 
+def cluster_table(results: list[dict]) -> str:
+    """QPS of each target over in-process Lucene's, and a cluster query's parts (benchmarks/bench_cluster.py)."""
+    lines = ["| corpus | target | bm25-flat QPS 1 / 2 threads | augmented QPS 1 / 2 threads | bm25-flat / in-process "
+             "(2 threads) | augmented / in-process (2 threads) | ms a query: JSON / cluster / HTTP |",
+             "|---|---|---|---|---|---|---|"]
+    for run in results:
+        base = run["rows"]["in-process"]
+        for label, row in run["rows"].items():
+            parts = row.get("breakdown_ms")
+            split = f"{parts['json']:.1f} / {parts['cluster']:.1f} / {parts['http']:.1f}" if parts else ""
+            lines.append(f"| {_corpus(run)} | {label} | {row['bm25_flat_qps_1t']:,.0f} / {row['bm25_flat_qps_2t']:,.0f} | "
+                         f"{row['augmented_qps_1t']:,.0f} / {row['augmented_qps_2t']:,.0f} | "
+                         f"{row['bm25_flat_qps_2t'] / base['bm25_flat_qps_2t']:.2f}x | "
+                         f"{row['augmented_qps_2t'] / base['augmented_qps_2t']:.2f}x | {split} |")
+    first = results[0]
+    return "\n".join(lines + ["", f"SciFact's {first['queries']} test queries, k={first['k']}, term lists written "
+                                   f"beforehand by `{first['checkpoint']}`; every row of one run, one 2-core machine. "
+                                   f"Recorded with `{first.get('command', 'python benchmarks/bench_cluster.py --record')}`."])
+
+
 def bench_table(name: str) -> str:
     recorded = json.loads(BENCH_DATA[name].read_text(encoding="utf-8"))
     tables = {"speed": speed_table, "throughput": throughput_table, "scale": lambda r: scale_table(r["rows"]),
               "extrapolation": lambda r: extrapolate(r["rows"]),
               "serve": serve_table, "encoders": lambda r: speed_table(r, qps=False), "two-core": two_core_table,
               "two-core-nolayer": two_core_table, "profile": profile_table,
-              "static": static_table, "term-lists": ab_table}
+              "static": static_table, "term-lists": ab_table, "cluster": cluster_table}
     return tables[name](recorded)
 
 

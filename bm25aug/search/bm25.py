@@ -26,6 +26,8 @@ from bm25aug.lucene.reader import ANALYZED, B, FIELD, K1, MULTIFIELD_WEIGHTS, Lu
 from bm25aug.search.batch import check_qids, search_chunks
 from bm25aug.search.term_lists import check_terms
 from bm25aug.model.tokenization import load_tokenizer, query_term_counts
+from bm25aug.opensearch.client import is_cluster
+from bm25aug.opensearch.index import open_cluster
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +40,8 @@ class Hit(NamedTuple):
 
 
 class BM25Searcher:
-    """BM25 over a bm25aug index of any flavor (``K1``, ``B`` by default, as Pyserini's BEIR runs).
+    """BM25 over a bm25aug index of any flavor (``K1``, ``B`` by default, as Pyserini's BEIR runs), or
+    over a flat index on an OpenSearch cluster when ``index_dir`` is its URL (``bm25aug.opensearch``).
 
     Hits, scores and their order equal Pyserini's ``LuceneSearcher`` (see ``bm25aug.lucene.reader``;
     on a multifield index, its ``search(..., fields={"contents": 1.0, "title": 1.0})``).
@@ -52,6 +55,10 @@ class BM25Searcher:
 
     def __init__(self, index_dir: str | Path, k1: float = K1, b: float = B, tokenizer=None,
                  flavor: str | None = None, fields: dict[str, float] | None = None):
+        if is_cluster(index_dir):  # an OpenSearch index: the same calls, on bm25aug.opensearch's backend
+            self.index_dir, self.index = str(index_dir), open_cluster(index_dir, k1, b, tokenizer, flavor, fields)
+            self.meta, self.k1, self.b, self.tokenizer = self.index.meta, k1, b, None
+            return
         self.index_dir = Path(index_dir)
         tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, Path)) else tokenizer
         self.meta = IndexMeta.load(self.index_dir, tokenizer, flavor)
@@ -124,8 +131,8 @@ class BM25Searcher:
         """``terms`` less those the index lacks (in every searched field): a model may propose a
         word no document has, and such a term matches nothing (a no-op in Lucene) but would count
         as an added term."""
-        fields = self.fields or (FIELD,)
-        return {t: w for t, w in terms.items() if any(self.index.doc_freq(t, f) for f in fields)}
+        freqs = [self.index.doc_freqs(terms, f) for f in self.fields or (FIELD,)]
+        return {t: w for t, w in terms.items() if any(df[t] for df in freqs)}
 
     def hits(self, top: TopK) -> list[Hit]:
         return to_hits(self.index.docids, top)

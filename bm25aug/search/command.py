@@ -14,16 +14,19 @@ from pathlib import Path
 
 from bm25aug.errors import UserError
 from bm25aug.io import read_lines
+from bm25aug.opensearch.client import is_cluster
 from bm25aug.outputs import check_outputs
 from bm25aug.search.trec import array_lines, write_trec_arrays
 
 log = logging.getLogger(__name__)
 
 
-def resolve_index(name_or_path: str) -> Path:
-    """An index folder as given, else a Pyserini prebuilt index name, found through Pyserini's own
+def resolve_index(name_or_path: str) -> Path | str:
+    """A cluster's URL as given, an index folder as given, else a Pyserini prebuilt index name, found through Pyserini's own
     ``download_prebuilt_index``: from its cache (``~/.cache/pyserini/indexes``, or
     ``$PYSERINI_CACHE``) when there, else downloaded where the network allows."""
+    if is_cluster(name_or_path):  # an OpenSearch index (bm25aug.opensearch), searched where it is
+        return name_or_path
     path = Path(name_or_path)
     if path.is_dir():
         return path
@@ -119,7 +122,7 @@ def run(args) -> None:
     if terms and args.model:
         raise UserError("--terms are term lists a model already wrote (bm25aug export); fix: drop --model")
     index = resolve_index(args.index)
-    check_outputs({"--output": args.output}, {"--index": index, "--model": args.model, "--queries": args.queries,
+    check_outputs({"--output": args.output}, {"--index": None if is_cluster(index) else index, "--model": args.model, "--queries": args.queries,
                                               "--terms": terms})
     if terms:
         from bm25aug.search.term_lists import read_term_lists

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Callable
 from bm25aug.errors import UserError
 from bm25aug.limits import JAVA_INT_MAX, check_text
 from bm25aug.lucene.ranking import TopK
-from bm25aug.lucene.reader import RAW_FIELD, stored_values
 from bm25aug.serve.batcher import MicroBatcher, Overloaded
 from bm25aug.serve.config import IndexSpec, ServeConfig
 from bm25aug.lucene.term_query import check_clauses, query_syntax
@@ -89,7 +88,7 @@ class Backend:
                     out[n] = self._docs[n]
         missing = [int(n) for n in numbers if int(n) not in out]
         if missing:
-            fetched = dict(zip(missing, stored_values(self.bm25.index.reader, missing, RAW_FIELD)))
+            fetched = dict(zip(missing, self.bm25.index.stored(missing)))
             out.update(fetched)
             with self._docs_lock:
                 self._docs.update(fetched)
@@ -311,8 +310,10 @@ class SearchService:
         backend = self.backend(index)
         # The id found must be the id asked for: the id table is a numpy array of fixed-width strings,
         # which drop trailing NULs, so '4983\x00' looked up as '4983' (bm25aug.lucene.reader.doc_numbers).
-        number = int(backend.bm25.index.doc_numbers([docid])[0]) if isinstance(docid, str) and docid else -1
-        if number < 0 or "\x00" in docid or str(backend.bm25.docids[number]) != docid:
+        number = -1
+        if isinstance(docid, str) and docid and "\x00" not in docid:  # on the service's threads: a cluster's is a request
+            number = int((await self.offload(backend.bm25.index.doc_numbers, [docid]))[0])
+        if number < 0 or str(backend.bm25.docids[number]) != docid:
             raise ServeError(404, f"index {index!r} has no document {docid!r}; fix: use a docid from its hits")
         raw = (await self.offload(backend.documents, [number]))[0]
         return {"api": API, "index": index, "docid": docid, "doc": parse_document(raw, parse)}

@@ -1,0 +1,288 @@
+"""The OpenSearch path (bm25aug.opensearch) on a real two-node cluster this module starts and stops:
+SciFact indexed into 2 shards with a replica each scores and ranks as the flat index in our
+process does, its analyzer gives the flat index's terms, a node killed mid-batch changes no hit,
+and an interrupted ingest resumes with nothing lost or doubled. If the cluster cannot start, the
+fixture fails with its reason."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.realdata
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, scifact):
+    from bm25aug.opensearch import local
+    from bm25aug.opensearch.ingest import ingest
+
+    root = tmp_path_factory.mktemp("cluster") / "root"
+    state = local.start(2, root)
+    try:
+        url = f"{state['url']}/scifact"
+        ingest(scifact, url)
+        yield state, url
+    finally:
+        local.stop(root)
+        assert not root.exists()
+
+
+@pytest.fixture(scope="module")
+def flat(scifact):
+    from bm25aug.lucene.index import ensure_index
+
+    return ensure_index(scifact, "flat")
+
+
+def _top10(searcher, tops) -> list[list[tuple[str, float]]]:
+    return [list(zip(searcher.docids[t.lucene_ids[:10]].tolist(), t.scores[:10].tolist())) for t in tops]
+
+
+def _same_ties_aside(a: list[tuple[str, float]], b: list[tuple[str, float]]) -> bool:
+    """The same ranking, where documents whose rounded scores tie may trade places."""
+    if len(a) != len(b):
+        return False
+    groups = lambda hits: Counter((round(s, 3), d) for d, s in hits)  # noqa: E731
+    return [d for d, _ in a] == [d for d, _ in b] or groups(a) == groups(b)
+
+
+def _assert_parity(local_searcher, cluster_searcher, local_tops, cluster_tops) -> None:
+    ours, theirs = _top10(local_searcher, local_tops), _top10(cluster_searcher, cluster_tops)
+    same = sum(_same_ties_aside(a, b) for a, b in zip(ours, theirs))
+    assert same >= 0.99 * len(ours), f"top 10 alike for {same} of {len(ours)} queries"
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose([s for _, s in a], [s for _, s in b], atol=2e-4)
+
+
+def test_bm25_flat_through_the_cluster_scores_as_in_process(cluster, flat, scifact):
+    from bm25aug.eval.evaluate import EvalConfig, evaluate
+    from bm25aug.search.bm25 import BM25Searcher
+
+    _, url = cluster
+    ours = evaluate(EvalConfig(dataset="scifact", method="bm25-flat", companions=False)).metrics["bm25-flat"]
+    theirs = evaluate(EvalConfig(dataset="scifact", method="bm25-flat", companions=False, index=url)).metrics["bm25-flat"]
+    assert round(theirs["ndcg@10"], 4) == round(ours["ndcg@10"], 4) == 0.6789  # Pyserini's BEIR SciFact flat
+    assert round(theirs["recall@100"], 4) == round(ours["recall@100"], 4)
+    queries = list(scifact.split("test").queries.values())
+    local_searcher, cluster_searcher = BM25Searcher(flat), BM25Searcher(url)
+    _assert_parity(local_searcher, cluster_searcher, local_searcher.batch_search_arrays(queries, 100),
+                   cluster_searcher.batch_search_arrays(queries, 100, threads=2))
+    one_thread = cluster_searcher.batch_search_arrays(queries, 100, threads=1)
+    two = cluster_searcher.batch_search_arrays(queries, 100, threads=2)
+    assert [(t.lucene_ids.tolist(), t.scores.tolist()) for t in one_thread] == \
+        [(t.lucene_ids.tolist(), t.scores.tolist()) for t in two]  # threads change nothing
+    local = BM25Searcher(url + "?stats=local")  # each shard's own statistics: close, not equal
+    overlap = [len(set(local.docids[a.lucene_ids[:10]]) & set(cluster_searcher.docids[b.lucene_ids[:10]])) / 10
+               for a, b in zip(local.batch_search_arrays(queries, 10), two)]
+    assert 0.8 < float(np.mean(overlap)) < 1.0
+    one = cluster_searcher.search_arrays(queries[0], 100)  # one query alone equals it in a batch
+    assert cluster_searcher.docids[one.lucene_ids].tolist() == \
+        cluster_searcher.docids[cluster_searcher.batch_search_arrays(queries[:1], 100)[0].lucene_ids].tolist()
+
+
+def test_augmented_through_the_cluster_equals_in_process(cluster, flat, scifact):
+    """A flat-target model (the packaged general model) rewrites the query in our process; the
+    cluster scores its term list as Lucene does here."""
+    from bm25aug.eval.evaluate import EvalConfig, evaluate
+    from bm25aug.search.augmented import AugmentedSearcher
+
+    _, url = cluster
+    config = dict(dataset="scifact", method="augmented", checkpoint="general", companions=False)
+    ours = evaluate(EvalConfig(**config, index=str(flat))).metrics["augmented"]
+    theirs = evaluate(EvalConfig(**config, index=url)).metrics["augmented"]
+    assert round(theirs["ndcg@10"], 4) == round(ours["ndcg@10"], 4)
+    assert theirs["aug_terms_mean"] == ours["aug_terms_mean"]
+    local_searcher = AugmentedSearcher.from_pretrained("general", flat)
+    cluster_searcher = AugmentedSearcher.from_pretrained("general", url)
+    queries = list(scifact.split("test").queries.values())[:100]
+    lists = local_searcher.term_lists(queries)
+    assert cluster_searcher.term_lists(queries) == lists
+    _assert_parity(local_searcher, cluster_searcher, local_searcher.batch_search_terms_arrays(lists, 100),
+                   cluster_searcher.batch_search_terms_arrays(lists, 100, threads=2))
+
+
+def test_the_cluster_analyzer_gives_the_flat_index_terms(cluster, scifact):
+    """Every SciFact query, through the index's analyzer (_analyze), and every document as the
+    cluster indexed it (its term vector), against the English analyzer in our process."""
+    from bm25aug.lucene.analysis import analyze
+    from bm25aug.opensearch.client import Client, ClusterURL
+    from bm25aug.opensearch.schema import ANALYZER
+
+    _, url = cluster
+    client = Client(ClusterURL.parse(url))
+    queries = {q for split in scifact.splits() for q in scifact.split(split).queries.values()}
+    assert len(queries) > 1000
+    for query in queries:
+        tokens = client.request("POST", "/scifact/_analyze", {"analyzer": ANALYZER, "text": query})["tokens"]
+        assert [t["token"] for t in tokens] == analyze(query), query
+    docs = list(scifact.corpus.items())
+    for at in range(0, len(docs), 500):
+        chunk = docs[at:at + 500]
+        answer = client.request("POST", "/scifact/_mtermvectors", {
+            "ids": [d for d, _ in chunk], "parameters": {"fields": ["contents"], "positions": False, "offsets": False,
+                                                         "term_statistics": False, "field_statistics": False}})
+        vectors = {v["_id"]: v["term_vectors"]["contents"]["terms"] for v in answer["docs"] if v["found"]}
+        assert len(vectors) == len(chunk)
+        for docid, doc in chunk:
+            terms = vectors[docid]
+            assert {t: v["term_freq"] for t, v in terms.items()} == Counter(analyze(doc.contents)), docid
+
+
+def test_a_term_list_past_the_clause_limit_is_one_error(cluster):
+    from bm25aug.errors import UserError
+    from bm25aug.search.bm25 import BM25Searcher
+
+    searcher = BM25Searcher(cluster[1])
+    limit = searcher.index.clause_limit
+    assert limit == 1024  # OpenSearch's default, which the local cluster keeps
+    assert len(searcher.search_terms({f"t{i}": 1.0 for i in range(limit - 1)} | {"cancer": 1.0})) > 0
+    with pytest.raises(UserError, match=r"1025 terms .* at most 1024 \(indices.query.bool.max_clause_count\); fix"):
+        searcher.search_terms({f"t{i}": 1.0 for i in range(limit + 1)})
+
+
+def test_bm25_parameters_are_the_index_own(cluster):
+    from bm25aug.errors import UserError
+    from bm25aug.search.bm25 import BM25Searcher
+
+    with pytest.raises(UserError, match="made with BM25 k1=0.9 b=0.4.*fix: pass --k1 0.9 --b 0.4"):
+        BM25Searcher(cluster[1], k1=1.2)
+    with pytest.raises(UserError, match="flat index on a cluster"):
+        BM25Searcher(cluster[1], flavor="wp")
+    from bm25aug.opensearch.client import Client, ClusterURL
+
+    client = Client(ClusterURL.parse(cluster[1]))
+    client.request("PUT", "/scifact/_settings", {"index": {"max_result_window": 500}})
+    try:
+        with pytest.raises(UserError, match="k=1000 is past .* result window \\(500 hits.*fix"):
+            BM25Searcher(cluster[1]).search("cancer", 1000)
+    finally:
+        client.request("PUT", "/scifact/_settings", {"index": {"max_result_window": None}})
+    from bm25aug.eval.evaluate import EvalConfig, evaluate
+
+    with pytest.raises(UserError, match="bm25-rm3 reads what only an index folder holds.*fix"):
+        evaluate(EvalConfig(dataset="scifact", method="bm25-rm3", companions=False, index=cluster[1]))
+
+
+def _cli(*args, check=True, timeout=300):
+    done = subprocess.run([sys.executable, "-m", "bm25aug.cli", *args], capture_output=True, text=True, env=ENV,
+                          timeout=timeout)
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_search_cli_and_serve_rank_as_the_folder(cluster, flat):
+    """`bm25aug search --index URL` prints what it prints for the folder; `bm25aug serve --index
+    name=URL` answers Anserini's REST search with the same hits and serves the documents."""
+    import asyncio
+
+    import httpx
+
+    from bm25aug.serve.config import ServeConfig, index_specs
+    from bm25aug.serve.rest import create_app
+    from bm25aug.serve.service import SearchService
+
+    _, url = cluster
+    query = "vitamin D deficiency and cancer risk"
+    assert _cli("search", "--index", url, "--query", query).stdout == \
+        _cli("search", "--index", str(flat), "--query", query).stdout
+    service = SearchService(ServeConfig(indexes=index_specs([f"local={flat}", f"remote={url}"], None), workers=1))
+
+    async def run():
+        transport = httpx.ASGITransport(app=create_app(service))
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            answers = [(await client.get(f"/v1/{name}/search", params={"query": query, "hits": 10})).json()
+                       for name in ("local", "remote")]
+            docid = answers[1]["candidates"][0]["docid"]
+            docs = [(await client.get(f"/v1/{name}/doc/{docid}")).json() for name in ("local", "remote")]
+            return answers, docs, (await client.get("/v1/remote/doc/no-such-doc")).status_code
+
+    try:
+        answers, docs, missing = asyncio.run(run())
+    finally:
+        service.close()
+    assert [c["docid"] for c in answers[0]["candidates"]] == [c["docid"] for c in answers[1]["candidates"]]
+    assert [c["score"] for c in answers[0]["candidates"]] == [c["score"] for c in answers[1]["candidates"]]
+    assert docs[0]["doc"] == docs[1]["doc"]
+    assert missing == 404
+
+
+def test_an_interrupted_ingest_resumes_with_nothing_lost_or_doubled(cluster, flat, scifact):
+    from bm25aug.opensearch.client import Client, ClusterURL
+    from bm25aug.opensearch.schema import record_of
+    from bm25aug.search.bm25 import BM25Searcher
+
+    state, _ = cluster
+    url = f"{state['url']}/scifact-resume"
+    client = Client(ClusterURL.parse(url))
+    command = [sys.executable, "-m", "bm25aug.cli", "index", "--dataset", "scifact", "--to", url]
+    process = subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # kill it once a batch is acknowledged, before the last
+        found = client.request("GET", "/scifact-resume/_mapping", ok=(404,))
+        if record_of(found, "scifact-resume").get("next", 0) >= 1000:
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    record = record_of(client.request("GET", "/scifact-resume/_mapping"), "scifact-resume")
+    assert record["state"] == "ingesting" and 0 < record["next"] < len(scifact.corpus)
+    refused = _cli("search", "--index", url, "--query", "cancer", check=False)
+    assert refused.returncode == 2 and "its ingest has not finished" in refused.stderr
+    done = _cli("index", "--dataset", "scifact", "--to", url)
+    assert f"{len(scifact.corpus)} documents" in done.stdout
+    assert client.request("GET", "/scifact-resume/_count")["count"] == len(scifact.corpus)
+    docs = client.request("GET", "/scifact-resume/_stats/docs")["_all"]["total"]["docs"]
+    assert docs["deleted"] == 0
+    query = "vitamin D deficiency and cancer risk"
+    assert [h.docid for h in BM25Searcher(url).search(query, 20)] == [h.docid for h in BM25Searcher(flat).search(query, 20)]
+    again = _cli("index", "--dataset", "scifact", "--to", url, check=False)
+    assert again.returncode == 2 and "exists on the cluster" in again.stderr and "--force" in again.stderr
+    assert len(again.stderr.strip().splitlines()) == 1
+
+
+def test_a_node_killed_mid_batch_changes_no_hit(cluster, scifact):
+    """Last in this module: it kills a node (SIGKILL) while a batch searches, then starts it again.
+    Each search answers with the hits it had, or fails with one line naming what failed; never
+    fewer hits without a word."""
+    from bm25aug.errors import UserError
+    from bm25aug.opensearch import local
+    from bm25aug.search.bm25 import BM25Searcher
+
+    state, url = cluster
+    searcher = BM25Searcher(url)
+    queries = list(scifact.split("test").queries.values())
+    reference = _top10(searcher, searcher.batch_search_arrays(queries, 10, threads=2))
+    outcome: dict = {}
+
+    def batch():
+        try:
+            outcome["tops"] = searcher.batch_search_arrays(queries * 4, 10, threads=2)
+        except UserError as e:
+            outcome["error"] = str(e)
+
+    worker = threading.Thread(target=batch)
+    worker.start()
+    time.sleep(1.0)
+    victim = state["nodes"][0]["name"]  # the first node of the URL, which the client asks first
+    local.kill_node(state, victim)
+    worker.join(300)
+    if "error" in outcome:
+        assert "\n" not in outcome["error"] and "fix:" in outcome["error"]
+    else:
+        assert _top10(searcher, outcome["tops"]) == reference * 4
+    after = _top10(searcher, searcher.batch_search_arrays(queries, 10, threads=2))
+    assert after == reference  # served from the copies on the node left
+    local.start_node(state, victim)
+    assert _top10(searcher, searcher.batch_search_arrays(queries, 10, threads=2)) == reference
+    assert _cli("cluster", "status", "--root", state["root"]).stdout.count(": running") == 2
