@@ -299,8 +299,9 @@ def run(args) -> None:
     """``bm25aug index``: build (or find up to date) each flavor's index of a dataset; print sizes."""
     from bm25aug.lucene.reader import B, K1
 
-    cluster_only = {"--shards": args.shards is not None, "--replicas": args.replicas is not None,
-                    "--k1": args.k1 != K1, "--b": args.b != B}
+    cluster_only = {"--shards": getattr(args, "shards", None) is not None,
+                    "--replicas": getattr(args, "replicas", None) is not None,
+                    "--k1": getattr(args, "k1", K1) != K1, "--b": getattr(args, "b", B) != B}
     if given := [flag for flag, set_ in cluster_only.items() if set_]:  # `--to URL` goes to bm25aug.opensearch.ingest
         raise UserError(f"{' and '.join(given)} set up a cluster's index (BM25 settings are the searcher's on a Lucene "
                         f"index); fix: add --to URL, or drop them and pass --k1/--b when searching")

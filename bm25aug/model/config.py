@@ -32,7 +32,7 @@ def finite(state: dict, path) -> dict:
     otherwise, which the loaders report as a corrupt checkpoint."""
     for name, tensor in state.items():
         if tensor.is_floating_point() and not bool(tensor.isfinite().all()):
-            raise ValueError(f"{name} in {path} holds NaN or infinite values")
+            raise ValueError(f"NaN or infinite values in {name} of {path}")
     return state
 
 @dataclass

