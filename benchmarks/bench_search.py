@@ -33,6 +33,7 @@ from bm25aug.data.registry import load_dataset
 from bm25aug.errors import UserError
 from bm25aug.eval.checkpoints import resolve_checkpoint
 from bm25aug.model.onnx_encoder import load_encoder
+from bm25aug.model.packaged import is_packaged
 from bm25aug.lucene.index import ensure_index
 from bm25aug.io import write_json
 from bm25aug.search.augmented import AugmentedSearcher
@@ -75,8 +76,10 @@ def bm25s_peer(dataset_name: str, split: str | None, k: int) -> dict | None:
 
 
 def _runtime(encoder) -> str:
-    """How a compared model encodes: the int8 ONNX graph, or the static table's lookups."""
-    return "static table" if getattr(encoder.config, "query_side", "contextual") == "static" else "onnx int8"
+    """How a compared model encodes: the int8 ONNX graph, the static table's lookups, or the
+    reweighter's static vectors and head."""
+    side = getattr(encoder.config, "query_side", "contextual")
+    return {"static": "static table", "reweighter": "static vectors"}.get(side, "onnx int8")
 
 
 def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare: list[Path] = (),
@@ -93,15 +96,16 @@ def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare:
     index = wp.index
     term_lists = [wp.query_terms(q) for q in queries]
 
-    torch_int8 = load_encoder(checkpoint, "torch-int8")
     paths = {
         "floor": (lambda t: index.searcher.search(index.weighted_query(t), k), term_lists),
         "bm25-flat": (lambda q: flat.search_arrays(q, k), queries),
         "bm25-wp": (lambda q: wp.search_arrays(q, k), queries),
         "augmented": (lambda q: augmented.search_arrays(q, k), queries),
         "encode (onnx int8)": (lambda q: augmented.encoder.encode(q), queries),
-        "encode (torch int8)": (lambda q: torch_int8.encode(q), queries),
     }
+    if not is_packaged(checkpoint):  # a packaged model ships no torch weights
+        torch_int8 = load_encoder(checkpoint, "torch-int8")
+        paths["encode (torch int8)"] = (lambda q: torch_int8.encode(q), queries)
     batch = {name: s for name, s in (("bm25-flat", flat), ("bm25-wp", wp), ("augmented", augmented))}
     labels = {c: c.parent.name if c.name == "best" else c.name for c in compare}
     kinds = {}
@@ -140,10 +144,10 @@ def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare:
     return {
         "paths": paths,
         "peer": peer,
-        "dataset": dataset_name, "num_docs": len(dataset.corpus), "num_queries": len(queries), "k": k,
+        "dataset": dataset_name, "checkpoint": str(checkpoint), "encoder": _runtime(model), "num_docs": len(dataset.corpus), "num_queries": len(queries), "k": k,
         "floor_p50_ms": floor, "bm25_flat_p50_ms": p50["bm25-flat"], "bm25_wp_p50_ms": p50["bm25-wp"],
         "augmented_p50_ms": p50["augmented"], "encode_p50_ms": p50["encode (onnx int8)"],
-        "encode_torch_int8_p50_ms": p50["encode (torch int8)"],
+        "encode_torch_int8_p50_ms": p50.get("encode (torch int8)"),
         **{f"{key}_p95_ms": float(np.percentile(rows[name], 95)) for key, name in
            (("floor", "floor"), ("bm25_flat", "bm25-flat"), ("bm25_wp", "bm25-wp"), ("augmented", "augmented"))},
         **{f"qps_{name.replace('-', '_')}_{t}t": rate for (name, t), rate in rates.items() if "(" not in name},

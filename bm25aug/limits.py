@@ -77,6 +77,7 @@ RANGES: dict[str, Range] = {
     "b": Range(0, 1, note="BM25 length normalization; Pyserini's BEIR runs use 0.4"),
     "threads": Range(1, 1024, integer=True),
     "aug_gate": Range(0, None, integer=True, note="0: no gate"),
+    "added_budget": Range(0, None, integer=True, note="0: every added term"),
     "top_k": Range(1, None, integer=True, note="leave it out to keep every term"),
     "threshold": Range(0, None),
     "encode_batch_size": Range(1, 4096, integer=True, note="queries a forward pass of the query encoder"),

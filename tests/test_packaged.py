@@ -40,22 +40,27 @@ def test_general_is_shipped_small_with_its_card_and_licenses(general):
 
 def test_the_packaged_model_searches_a_stock_index_on_every_path_alike(general, tmp_path):
     """AugmentedSearcher, the batch path, the CLI and the server, on an index Pyserini built."""
+    assert_every_path_alike("general", pyserini_index(tmp_path / "stock.flat"))
+
+
+def assert_every_path_alike(model: str, stock) -> None:
+    """``model`` (a name or a folder) ranks alike through AugmentedSearcher alone and in batch (two
+    threads), ``bm25aug search`` and the server."""
     from bm25aug.search.augmented import AugmentedSearcher
     from bm25aug.serve.config import IndexSpec, ServeConfig
     from bm25aug.serve.service import SearchService
 
-    stock = pyserini_index(tmp_path / "stock.flat")
-    searcher = AugmentedSearcher.from_pretrained("general", stock)
+    searcher = AugmentedSearcher.from_pretrained(model, stock)
     alone = [[(h.docid, h.score) for h in searcher.search(q, k=5)] for q in QUERIES]
     assert any(alone)
     batch = searcher.batch_search(QUERIES, [f"q{i}" for i in range(len(QUERIES))], k=5, threads=2)
     assert [[(h.docid, h.score) for h in hits] for hits in batch.values()] == alone
-    out = run_cli("-m", "bm25aug.cli", "search", "--index", str(stock), "--model", "general", "--query", QUERIES[0],
+    out = run_cli("-m", "bm25aug.cli", "search", "--index", str(stock), "--model", str(model), "--query", QUERIES[0],
                   "--k", "5", env={"HF_HUB_OFFLINE": "1"})
     assert out.returncode == 0, out.stderr
     printed = [line.split()[1:3] for line in out.stdout.splitlines() if line.strip()]
     assert printed == [[d, f"{s:.5f}"] for d, s in alone[0]]
-    service = SearchService(ServeConfig(indexes=[IndexSpec("s", str(stock), "general")], workers=1))
+    service = SearchService(ServeConfig(indexes=[IndexSpec("s", str(stock), str(model))], workers=1))
     try:
         answer = asyncio.run(service.search("s", QUERIES[0], 5, "augmented"))
         assert [(c["docid"], c["score"]) for c in answer["candidates"]] == alone[0]

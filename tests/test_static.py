@@ -34,13 +34,14 @@ def test_chunked_analysis_gives_the_analyzers_own_terms(data_dir):
     assert [analyze_chunks(q) for q in queries] == [analyze(q) for q in queries]
 
 
-@pytest.mark.parametrize("target", ["flat", "wp"])
-def test_what_training_scores_is_what_search_sends(tiny_wp, target):
+@pytest.mark.parametrize("target,budget", [("flat", 0), ("wp", 0), ("flat", 1), ("wp", 1)])
+def test_what_training_scores_is_what_search_sends(tiny_wp, target, budget):
+    """Also with an added-term budget: torch keeps the same heaviest added terms that search sends."""
     from bm25aug.model.targets import ColumnMap
     from bm25aug.train.torch_bm25 import TorchBM25
 
     ds, wp, flat = tiny_wp
-    model = _static(target, weight_floor=0.0)
+    model = _static(target, weight_floor=0.0, added_budget=budget)
     queries = list(ds.split("train").queries.values()) + ["cat cat mat dog"]
     occurrences = [model.occurrences(q) for q in queries]
     added = [{"tiger": 1.0, "garden": 0.5, "cat": 2.0}] * len(queries)
@@ -59,6 +60,8 @@ def test_what_training_scores_is_what_search_sends(tiny_wp, target):
         want = {t: float(boosts[i, c]) for t, c in cmap.columns.items() if boosts[i, c] > 0}
         assert {t: w for t, w in terms.items() if t in cmap.columns} == pytest.approx(want, rel=1e-6)
     assert any(t not in set(o) for terms, o in zip(lists, occurrences) for t in terms)  # it did add terms
+    if budget:
+        assert max(len(set(terms) - set(o)) for terms, o in zip(lists, occurrences)) == budget
 
 
 def test_an_untrained_table_is_plain_bm25(tiny_wp):

@@ -35,7 +35,7 @@ _HELP = {"kind": f"pseudo-queries: one of {', '.join(KINDS)}", "queries": "train
 # Training settings adapt passes on to TrainConfig when given (their defaults: TRAIN_SETTINGS, else TrainConfig's).
 _TRAIN_FLAGS = {"epochs": int, "batch_size": int, "lr": float, "head_lr": float, "table_lr": float,
                 "expansion_terms": int, "lam": float, "flops": float, "negative_depth": int, "significance": float,
-                "seed": int, "threads": int}
+                "seed": int, "threads": int, "added_budget": int}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -82,6 +82,8 @@ def train_config(args: argparse.Namespace, name: str):
     settings = dict(TRAIN_SETTINGS)
     if not given.get("init_from"):  # a new model: adapt's query side unless told otherwise
         settings["query_side"] = given.get("query_side", QUERY_SIDE)
+    if settings.get("query_side") != "static":  # a table's setting: nothing for an encoder
+        settings.pop("added_budget", None)
     return TrainConfig(dataset=name, output_dir=str(args.output_dir), **{**settings, **given})
 
 

@@ -89,15 +89,20 @@ def analyze_chunks(text: str) -> list[str]:
     it reads one token at a time (``tests/test_static.py`` checks it on real queries)."""
     out: list[str] = []
     for chunk in text.split():
-        terms = _chunks.get(chunk)
-        if terms is None:
-            terms = tuple(analyze(chunk))
-            if len(chunk) <= CHUNK_CHARS:
-                if len(_chunks) >= CHUNK_CACHE:
-                    _chunks.clear()
-                _chunks[chunk] = terms
-        out.extend(terms)
+        out.extend(chunk_terms(chunk))
     return out
+
+
+def chunk_terms(chunk: str) -> tuple[str, ...]:
+    """The analyzer's terms of one whitespace-free chunk, from the cache when it holds them."""
+    terms = _chunks.get(chunk)
+    if terms is None:
+        terms = tuple(analyze(chunk))
+        if len(chunk) <= CHUNK_CHARS:
+            if len(_chunks) >= CHUNK_CACHE:
+                _chunks.clear()
+            _chunks[chunk] = terms
+    return terms
 
 
 @dataclass(frozen=True)

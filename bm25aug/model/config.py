@@ -21,8 +21,14 @@ CONFIG_NAME = "bm25aug_config.json"
 POOLINGS = ("cls", "mean", "max")
 TARGETS = ("wp", "flat")  # bm25aug.model.targets
 # contextual: the encoder reads each query (bm25aug.model.augmenter); static: a learned weight and
-# expansion list per term, looked up, no encoder at query time (bm25aug.model.static).
-QUERY_SIDES = ("contextual", "static")
+# expansion list per term, looked up, no encoder at query time (bm25aug.model.static). Both are
+# trained by train.py. reweighter: static word vectors and a tiny head fitted to a contextual
+# model's weights (bm25aug.model.reweighter, fitted by bm25aug.train.reweighter).
+TRAINED_SIDES = ("contextual", "static")
+# What a setting newer than every recipe reads as in a config saved before it existed (the first
+# release's recipe holds only settings every model has; this one is a static table's own).
+SAVED_BEFORE = {"added_budget": 0}  # a static model trained before the budget kept every added term
+QUERY_SIDES = (*TRAINED_SIDES, "reweighter")
 
 
 
@@ -70,6 +76,10 @@ class AugmenterConfig:
     # Such a model searches the index once before it encodes (``bm25aug.search.feedback.FeedbackEncoder``).
     feedback_terms: int = 0
     query_side: str = QUERY_SIDES[0]
+    # The static query side adds at most this many terms a query, its heaviest (ties: by term), in
+    # training as in search (0: every one). Chosen from quality against QPS on SciFact
+    # (benchmarks/bench_budget.py, docs/speed.md#added-term-budget); a model saved before it had none.
+    added_budget: int = 6
 
     def __post_init__(self) -> None:
         """A hand-edited config (a negative gate silently switched a(q) off) is refused on load."""
@@ -98,7 +108,8 @@ class AugmenterConfig:
             saved = json.loads(file.read_text(encoding="utf-8"))
             if isinstance(saved, dict):  # a setting it predates had the first release's value
                 legacy = recipes.settings(recipes.LEGACY)
-                saved = {**{f.name: legacy[f.name] for f in fields(cls) if legacy.get(f.name) is not None}, **saved}
+                saved = {**{f.name: legacy[f.name] for f in fields(cls) if legacy.get(f.name) is not None},
+                         **SAVED_BEFORE, **saved}
             config = cls(**saved)
             config.encoder = portable_name(config.encoder)  # a folder saved by an earlier release named a path
             return config

@@ -18,6 +18,10 @@ def load_model(path: str | Path):
     from bm25aug.model import packaged
 
     path = Path(path)
+    if is_reweighter(path):
+        raise UserError(f"{path} is a reweighter (static vectors and a head fitted to a contextual model), not a "
+                        f"torch model: nothing in it trains; fix: search with it (load_encoder), or refit it: "
+                        f"python -m bm25aug.train.reweighter --help")
     if packaged.is_packaged(path):
         raise UserError(f"{path.name} is a packaged model: it ships only its int8 ONNX query encoder, which searches "
                         f"but cannot be trained or loaded in torch; fix: use its full model, {packaged.full_model(path)}")
@@ -31,6 +35,12 @@ def load_model(path: str | Path):
     from bm25aug.model.augmenter import QueryAugmenter
 
     return QueryAugmenter.from_pretrained(path)
+
+
+def is_reweighter(folder: str | Path) -> bool:
+    """Whether ``folder`` holds a reweighter (``bm25aug.model.reweighter``)."""
+    folder = Path(folder)
+    return (folder / CONFIG_NAME).is_file() and AugmenterConfig.load(folder).query_side == "reweighter"
 
 
 def is_static(model) -> bool:

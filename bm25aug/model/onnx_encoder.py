@@ -27,7 +27,7 @@ from bm25aug.io import CACHE_ROOT, atomic_dir, derived_ok, digest, lock_held, re
 from bm25aug.limits import RUNTIMES, check_choice
 from bm25aug.model.encoder import QueryEncoder
 from bm25aug.model.augmenter import CONFIG_NAME, WEIGHTS_NAME, AugmenterConfig, QueryAugmenter
-from bm25aug.model.loading import is_static, load_model
+from bm25aug.model.loading import is_reweighter, is_static, load_model
 from bm25aug.model.packaged import ONNX_FILE, check_packaged, is_packaged, resolve
 
 log = logging.getLogger(__name__)
@@ -167,6 +167,10 @@ def load_encoder(checkpoint: str | Path, runtime: str = "onnx-int8"):
     Anything with ``encode``, ``tokenizer`` and ``config``."""
     check_choice("query encoder runtime", runtime, RUNTIMES)
     checkpoint = resolve(checkpoint)  # a folder, or a packaged model's name ("general")
+    if is_reweighter(checkpoint):  # no encoder: numpy lookups and a tiny head, every runtime the same
+        from bm25aug.model.reweighter import Reweighter
+
+        return Reweighter.from_folder(checkpoint)
     if is_packaged(checkpoint):
         return OnnxQueryEncoder.packaged(checkpoint, runtime)
     model, source = _read(checkpoint)

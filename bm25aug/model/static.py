@@ -68,7 +68,7 @@ class StaticQueryModel(nn.Module, QueryEncoder):
         device = self.theta.device if hasattr(self, "theta") else torch.device("cpu")
         self.theta = nn.Parameter(torch.ones(len(self.terms), device=device))
         self.values = nn.Parameter(torch.full((len(targets),), START, device=device))
-        self._columns: dict[int, torch.Tensor] = {}
+        self._columns: dict = {}  # per ColumnMap: entries' columns (_dest), columns in term order (_within_budget)
 
     @property
     def target(self):
@@ -144,7 +144,22 @@ class StaticQueryModel(nn.Module, QueryEncoder):
         a = torch.relu(a).view(n, width)
         if self.config.aug_threshold > 0:
             a = a * (a > self.config.aug_threshold)
+        if self.config.added_budget:
+            a = a * ((bow > 0) | self._within_budget(torch.where(bow > 0, torch.zeros_like(a), a), cmap))
         return torch.where(bow > 0, term_w * (1 + a), a), a
+
+    def _within_budget(self, outside: torch.Tensor, cmap) -> torch.Tensor:
+        """Per query (row), its ``added_budget`` heaviest positive entries of ``outside`` (added terms
+        only), ties broken by term as search breaks them: a stable sort over the columns in term order."""
+        key = ("order", id(cmap.columns))
+        if key not in self._columns:
+            by_term = sorted(cmap.columns.items())
+            self._columns[key] = torch.tensor([c for _, c in by_term], dtype=torch.long)
+        order = self._columns[key].to(outside.device)
+        ranked = torch.sort(-outside[:, order], dim=1, stable=True).indices[:, :self.config.added_budget]
+        keep = torch.zeros_like(outside, dtype=torch.bool)
+        keep.scatter_(1, order[ranked], True)
+        return keep & (outside > 0)
 
     def _dest(self, cmap) -> np.ndarray:
         """Per expansion entry, the column of its added term in ``cmap``'s index (-1: not there)."""
@@ -198,6 +213,9 @@ class StaticQueryModel(nn.Module, QueryEncoder):
                 added[u] = added.get(u, zero) + v
         threshold = np.float32(self.config.aug_threshold)
         added = {u: v for u, v in added.items() if v > zero and v > threshold}
+        if self.config.added_budget:  # the heaviest terms not in the query (ties: by term), as column_boosts keeps
+            outside = sorted((u for u in added if u not in terms), key=lambda u: (-added[u], u))
+            added = {u: v for u, v in added.items() if u in terms or u in outside[:self.config.added_budget]}
         boosts = {t: tw * (one + added.get(t, zero)) for t, tw in terms.items()}
         boosts.update((u, v) for u, v in added.items() if u not in terms)
         ordered = sorted(boosts) if self.config.target == "flat" else sorted(boosts, key=self.target.order)

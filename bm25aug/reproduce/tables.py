@@ -38,6 +38,10 @@ BENCH_DATA["static"] = ROOT / "docs" / "data" / "speed_static.json"
 BENCH_DATA["term-lists"] = ROOT / "docs" / "data" / "ab_term_lists.json"
 # In-process Lucene against an OpenSearch cluster of 1 and 2 shards (benchmarks/bench_cluster.py --record)
 BENCH_DATA["cluster"] = ROOT / "docs" / "data" / "bench_cluster.json"
+# The packaged general model, its reweighter and the static in-domain model beside bm25-flat (bench_search.py)
+BENCH_DATA["general-models"] = ROOT / "docs" / "data" / "speed_general.json"
+# The static query side's added-term budget, quality against QPS (benchmarks/bench_budget.py --record)
+BENCH_DATA["budget"] = ROOT / "docs" / "data" / "budget.json"
 # Where a training step's time goes (research/profile_training.py --json-out)
 BENCH_DATA["profile"] = ROOT / "docs" / "data" / "profile_training.json"
 METRIC_NAMES = {"ndcg@10": "nDCG@10", "recall@100": "R@100", "mrr@10": "MRR@10", "acc@5": "Acc@5",
@@ -256,6 +260,40 @@ def static_table(recorded: dict) -> str:
     return "\n".join(lines)
 
 
+def models_table(recorded: dict) -> str:
+    """bm25-flat, the run's model and every ``--compare`` model, from one bench_search.py run, each
+    with its encoder and its QPS over bm25-flat's."""
+    run = recorded["runs"][0]
+    rows = [("bm25-flat", "", run["bm25_flat_p50_ms"], None, run["qps_bm25_flat_1t"], run["qps_bm25_flat_2t"]),
+            (f"augmented, {Path(run.get('checkpoint', 'model')).name}", run.get("encoder", "onnx int8"),
+             run["augmented_p50_ms"], run["encode_p50_ms"], run["qps_augmented_1t"], run["qps_augmented_2t"])]
+    rows += [(f"augmented, {c['checkpoint']}", c["encoder"], c["augmented_p50_ms"], c["encode_p50_ms"],
+              c["qps_augmented_1t"], c["qps_augmented_2t"]) for c in run["compare"]]
+    flat1, flat2 = run["qps_bm25_flat_1t"], run["qps_bm25_flat_2t"]
+    lines = ["| path | query side | p50 ms | encode p50 ms | QPS 1 thread | QPS 2 threads | / bm25-flat, 1 thread "
+             "| / bm25-flat, 2 threads |", "|" + "---|" * 8]
+    for name, side, p50, encode, q1, q2 in rows:
+        lines.append(f"| {name} | {side} | {p50:.2f} | {'' if encode is None else f'{encode:.3f}'} | {q1:,.0f} | "
+                     f"{q2:,.0f} | {q1 / flat1:.2f}x | {q2 / flat2:.2f}x |")
+    lines += ["", f"{run['dataset']}, {run['num_queries']} queries, k={run['k']}; recorded with `{recorded['command']}`."]
+    return "\n".join(lines)
+
+
+def budget_table(recorded: dict) -> str:
+    """The static query side's added-term budget: quality against QPS (benchmarks/bench_budget.py)."""
+    lines = ["| budget (added terms) | added terms / query | dev nDCG@10 | test nDCG@10 | QPS 1 thread | QPS 2 threads "
+             "| / bm25-flat, 1 thread | / bm25-flat, 2 threads |", "|" + "---|" * 8]
+    for row in recorded["rows"]:
+        name = {0: "none (every added term)"}.get(row["budget"], str(row["budget"]))
+        added = f"{row['added_terms']:.1f}" if "added_terms" in row else ""
+        lines.append(f"| {name} | {added} | {row['dev_ndcg@10']:.4f} | {row['test_ndcg@10']:.4f} | {row['qps_1t']:,.0f} | "
+                     f"{row['qps_2t']:,.0f} | {row['qps_1t_over_flat']:.2f}x | {row['qps_2t_over_flat']:.2f}x |")
+    lines += ["", f"{recorded['dataset']}: dev = the {recorded['dev_queries']} queries the model's run held out, test = "
+                  f"{recorded['test_queries']} queries; QPS of batches of {recorded['batch']} (the test queries, repeated), "
+                  f"k={recorded['k']}; `{recorded['checkpoint']}`; recorded with `{recorded['command']}`."]
+    return "\n".join(lines)
+
+
 def profile_table(recorded: dict) -> str:
     """A training step's parts, in ms and as a share of the step (research/profile_training.py)."""
     step = recorded["ms_a_step"]
@@ -306,7 +344,8 @@ def bench_table(name: str) -> str:
               "extrapolation": lambda r: extrapolate(r["rows"]),
               "serve": serve_table, "encoders": lambda r: speed_table(r, qps=False), "two-core": two_core_table,
               "two-core-nolayer": two_core_table, "profile": profile_table,
-              "static": static_table, "term-lists": ab_table, "cluster": cluster_table}
+              "static": static_table, "term-lists": ab_table, "cluster": cluster_table, "general-models": models_table,
+              "budget": budget_table}
     return tables[name](recorded)
 
 

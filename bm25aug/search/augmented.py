@@ -103,8 +103,9 @@ class AugmentedSearcher:
 
         encoder = load_encoder(checkpoint, runtime)
         if aug_gate is not None:
-            if encoder.config.query_side == "static":
-                raise UserError(f"{checkpoint} is a static model, which has no augmentation gate; fix: drop --aug-gate")
+            if encoder.config.query_side != "contextual":
+                raise UserError(f"{checkpoint} is a {encoder.config.query_side} model, which has no augmentation gate; "
+                                f"fix: drop --aug-gate")
             encoder.config.aug_gate = check("aug_gate", aug_gate)
         flat = encoder.config.target == "flat"  # flat or multifield, as the index's fields say
         return cls(encoder, BM25Searcher(index, k1, b, tokenizer=None if flat else encoder.tokenizer,

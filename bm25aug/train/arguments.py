@@ -19,7 +19,7 @@ from bm25aug import recipes
 from bm25aug.errors import UserError
 from bm25aug.lucene.reader import B, K1
 from bm25aug.limits import check_all, check_choice
-from bm25aug.model.config import POOLINGS, QUERY_SIDES, TARGETS, AugmenterConfig
+from bm25aug.model.config import POOLINGS, SAVED_BEFORE, TARGETS, TRAINED_SIDES, AugmenterConfig
 
 NEGATIVES = ("bm25", "dpr")
 AUG_INITS = ("embeddings", "centered", "random")
@@ -27,7 +27,8 @@ DEVICES = ("auto", "cpu", "cuda")  # bm25aug.train.trainer.resolve_device
 _MODEL = AugmenterConfig()
 # Settings that shape a new model; --init-from brings its model's own instead.
 MODEL_SETTINGS = ("encoder", "encoder_layers", "query_side", "use_weights", "use_augmentation", "max_query_length", "pooling",
-                  "weight_floor", "aug_threshold", "aug_layer", "aug_init", "feedback_terms", "expansion_terms")
+                  "weight_floor", "aug_threshold", "aug_layer", "aug_init", "feedback_terms", "expansion_terms",
+                  "added_budget")
 # What a static table has no use for: the encoder's settings (a recipe's among them are dropped for it).
 ENCODER_SETTINGS = ("encoder_layers", "feedback_terms", "pooling", "aug_init", "aug_layer", "max_query_length", "lr",
                     "head_lr")
@@ -134,9 +135,11 @@ class TrainConfig:
                                                      "(flat target; 0: the query alone)")
     query_side: str = arg(_MODEL.query_side, "contextual: an encoder reads each query; static: a learned weight and "
                                              "expansion list per term, looked up, no encoder at query time",
-                          choices=QUERY_SIDES)
+                          choices=TRAINED_SIDES)
     expansion_terms: int = arg(4, "static query side: candidate added terms per query term (the terms --teacher "
                                   "adds beside it, else those of its judged documents; 0: reweighting only)")
+    added_budget: int = arg(_MODEL.added_budget, "static query side: at most this many added terms a query, its "
+                                                 "heaviest, in training as in search (0: every one)")
     table_lr: float = arg(0.05, "static query side: the learning rate of its table (a weight per term, a value per "
                                 "expansion entry; each is its own parameter, so it moves far faster than a head)")
     init_from: str | None = arg(None, "start from this trained model (its encoder, heads and model settings) instead "
@@ -151,7 +154,7 @@ class TrainConfig:
         check_all(self)
         check_choice("--negatives", self.negatives, NEGATIVES)
         check_choice("--aug-init", self.aug_init, AUG_INITS)
-        check_choice("--query-side", self.query_side, QUERY_SIDES)
+        check_choice("--query-side", self.query_side, TRAINED_SIDES)
         if not (self.use_weights or self.use_augmentation):
             raise UserError("--no-weights with --no-augmentation leaves neither learned weights nor an augmentation, "
                             "so there is nothing to train; fix: drop one of the two (plain BM25 needs no training: "
@@ -176,7 +179,7 @@ class TrainConfig:
         if side is None:
             return  # an --init-from folder this cannot read: loading it says why
         lacks = "no encoder" if side == "static" else "no static table"
-        unused = ENCODER_SETTINGS if side == "static" else ("expansion_terms", "table_lr")
+        unused = ENCODER_SETTINGS if side == "static" else ("expansion_terms", "table_lr", "added_budget")
         why = (f"--init-from {self.init_from} is a {side} model, with {lacks}" if self.init_from
                else f"--query-side {side} has {lacks}")
         if bad := next((n for n in unused if getattr(self, n) != defaults[n]), None):
@@ -221,6 +224,8 @@ def saved_value(saved: dict, name: str):
     """A setting of a run folder's ``config.json``; one it predates had the first release's value."""
     if name in saved:
         return saved[name]
+    if name in SAVED_BEFORE:
+        return SAVED_BEFORE[name]
     legacy = recipes.settings(recipes.LEGACY)
     return legacy[name] if name in legacy else default(name)
 

@@ -29,7 +29,7 @@ def new_model(c: TrainConfig, run_name: str):
 
         return StaticQueryModel.from_tokenizer(c.encoder, use_weights=c.use_weights, use_augmentation=c.use_augmentation,
                                                target=c.target, weight_floor=c.weight_floor,
-                                               aug_threshold=c.aug_threshold).train()
+                                               aug_threshold=c.aug_threshold, added_budget=c.added_budget).train()
     from bm25aug.model.augmenter import QueryAugmenter
 
     return QueryAugmenter.from_encoder(
