@@ -26,16 +26,17 @@ from bm25aug.io import write_json
 from bm25aug.lucene.index import ensure_index
 from bm25aug.model.onnx_encoder import load_encoder
 from bm25aug.search.augmented import AugmentedSearcher
-from bm25aug.search.bm25 import BM25Searcher, mean_added_terms, to_hits
+from bm25aug.search.bm25 import BM25Searcher, mean_added_terms
 from timing import paired_qps
 
 
-def quality(searcher: AugmentedSearcher, split, corpus) -> tuple[float, float]:
-    """nDCG@10 of ``split`` and the mean added terms a query."""
+def quality(searcher, split, corpus) -> tuple[float, float | None]:
+    """nDCG@10 of ``split``, and the mean added terms a query (None for plain BM25)."""
     qids = list(split.queries)
     queries = [split.queries[q] for q in qids]
-    tops = searcher.batch_search_arrays(queries, 100)
-    run = {q: to_hits(searcher.docids, top) for q, top in zip(qids, tops)}
+    run = {q: searcher.hits(top) for q, top in zip(qids, searcher.batch_search_arrays(queries, 100))}
+    if not isinstance(searcher, AugmentedSearcher):
+        return evaluate_split(run, split, corpus)["ndcg@10"], None
     lists = [searcher.term_list(q) for q in queries]
     return evaluate_split(run, split, corpus)["ndcg@10"], mean_added_terms(searcher.bm25, queries, lists)
 
@@ -57,12 +58,8 @@ def run(dataset_name: str, checkpoint, budgets: list[int], k: int, trained: list
         raise UserError(f"{checkpoint} is a {model.config.query_side} model; fix: pass a static one (train.py "
                         f"--query-side static)")
     queries = list(test.queries.values())
-    rows = [{"budget": "bm25-flat", "dev_ndcg@10": evaluate_split(
-        {q: flat.hits(t) for q, t in zip(dev.queries, flat.batch_search_arrays(list(dev.queries.values()), 100))},
-        dev, dataset.corpus)["ndcg@10"]}]
-    rows[0]["test_ndcg@10"] = evaluate_split(
-        {q: flat.hits(t) for q, t in zip(test.queries, flat.batch_search_arrays(queries, 100))}, test,
-        dataset.corpus)["ndcg@10"]
+    rows = [{"budget": "bm25-flat", "dev_ndcg@10": quality(flat, dev, dataset.corpus)[0],
+             "test_ndcg@10": quality(flat, test, dataset.corpus)[0]}]
     paths = {"bm25-flat": lambda q, n: flat.batch_search_arrays(q, k, threads=n)}
     for budget in budgets:  # query text in: the static model's lookups included
         model.config.added_budget = budget

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from bm25aug.errors import UserError
+from bm25aug.lucene.analysis import CHUNK_CACHE, CHUNK_CHARS, chunk_terms  # the analyzer's chunk cache, its bounds too
 from bm25aug.model.config import CONFIG_NAME, AugmenterConfig
 from bm25aug.model.encoder import QueryEncoder
 
@@ -39,7 +40,6 @@ WEIGHTS_FILE = "reweighter.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 QUERY_SIDE = "reweighter"
 HEAD = ("w_self", "w_left", "w_right", "w_position", "w_context", "bias", "v", "v_bias")
-CHUNK_CACHE, CHUNK_CHARS = 1 << 18, 64  # as bm25aug.lucene.analysis: chunks kept, the longest kept
 
 
 def refit(folder) -> str:
@@ -106,8 +106,6 @@ class Reweighter(QueryEncoder):
         count; kept for chunks up to ``CHUNK_CHARS`` characters, so each is analyzed once."""
         found = self._chunks.get(chunk)
         if found is None:
-            from bm25aug.lucene.analysis import chunk_terms
-
             pieces = self.tokenizer.encode(chunk, add_special_tokens=False).ids
             rows = self.vectors[pieces] if pieces else np.zeros((1, self.vectors.shape[1]), np.float32)
             found = (chunk_terms(chunk), rows.mean(axis=0), rows.sum(axis=0), len(pieces))

@@ -215,7 +215,8 @@ class StaticQueryModel(nn.Module, QueryEncoder):
         added = {u: v for u, v in added.items() if v > zero and v > threshold}
         if self.config.added_budget:  # the heaviest terms not in the query (ties: by term), as column_boosts keeps
             outside = sorted((u for u in added if u not in terms), key=lambda u: (-added[u], u))
-            added = {u: v for u, v in added.items() if u in terms or u in outside[:self.config.added_budget]}
+            kept = set(outside[:self.config.added_budget])
+            added = {u: v for u, v in added.items() if u in terms or u in kept}
         boosts = {t: tw * (one + added.get(t, zero)) for t, tw in terms.items()}
         boosts.update((u, v) for u, v in added.items() if u not in terms)
         ordered = sorted(boosts) if self.config.target == "flat" else sorted(boosts, key=self.target.order)
