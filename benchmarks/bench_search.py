@@ -13,7 +13,9 @@ and bm25s as the speed peer, with every latency as a ratio to the floor.
 * ``--compare CHECKPOINT ...``: those models' augmented search and ONNX encode too, in the same
   run (e.g. ones trained with ``--encoder-layers 2`` or ``0``, against the default's torch int8 encode).
 * p50 and p95 on one thread; QPS of one ``batch_search_arrays`` over all queries on 1 and 2
-  threads (encoding included; the median of 3 batches after 5 s of warm-up), and their ratio.
+  threads (encoding included), each path's ratio to bm25-flat's paired round by round
+  (``timing.paired_qps``: 9 rounds in which every path searches the batch in turn, after 2 s of
+  warm-up each; the median QPS and the median per-round ratio).
 * bm25s (``pip install -e '.[bench]'``) on every corpus, in a child process of its own: build
   seconds and peak RSS, its own tokenizer and index over the same texts, k hits, one query at a
   time (p50) and one ``retrieve`` over all queries on 1 and 2 threads (tokenizing included); our
@@ -38,7 +40,7 @@ from bm25aug.lucene.index import ensure_index
 from bm25aug.io import write_json
 from bm25aug.search.augmented import AugmentedSearcher
 from bm25aug.search.bm25 import BM25Searcher
-from timing import qps
+from timing import paired_qps
 
 
 def interleaved_latencies(paths: dict[str, tuple], rounds: int = 2) -> dict[str, np.ndarray]:
@@ -117,8 +119,12 @@ def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare:
         paths[f"encode ({kinds[other_path]}, {label})"] = (lambda q, m=other: m.encode(q), queries)
         batch[f"augmented ({label})"] = other_search
     rows = interleaved_latencies(paths)
-    rates = {(name, t): qps(lambda q, n, s=s: s.batch_search_arrays(q, k, threads=n), queries, t)
-             for name, s in batch.items() for t in (1, 2)}
+    # QPS paired within each round (timing.paired_qps), bm25-flat first: every ratio to it is the
+    # median of per-round ratios, which a slow spell of the machine leaves alone.
+    paired = {t: paired_qps({name: (lambda q, n, s=s: s.batch_search_arrays(q, k, threads=n)) for name, s in batch.items()},
+                            queries, t) for t in (1, 2)}
+    rates = {(name, t): paired[t][name]["qps"] for name in batch for t in (1, 2)}
+    over_flat = {(name, t): paired[t][name]["over_first"] for name in batch for t in (1, 2)}
     peer = bm25s_peer(dataset_name, split, k) if with_peer else None
 
     floor = float(np.percentile(rows["floor"], 50))
@@ -151,10 +157,12 @@ def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare:
         **{f"{key}_p95_ms": float(np.percentile(rows[name], 95)) for key, name in
            (("floor", "floor"), ("bm25_flat", "bm25-flat"), ("bm25_wp", "bm25-wp"), ("augmented", "augmented"))},
         **{f"qps_{name.replace('-', '_')}_{t}t": rate for (name, t), rate in rates.items() if "(" not in name},
+        **{f"{name.replace('-', '_')}_over_flat_{t}t": r for (name, t), r in over_flat.items() if "(" not in name},
         **({f"bm25s_{key}": peer[key] for key in ("qps_1t", "qps_2t", "build_s", "peak_rss_mb", "p50_ms")} if peer else {}),
         "compare": [{"checkpoint": str(c), "augmented_p50_ms": p50[f"augmented ({label})"],
                      "encode_p50_ms": p50[f"encode ({kinds[c]}, {label})"], "encoder": kinds[c],
-                     **{f"qps_augmented_{t}t": rates[(f"augmented ({label})", t)] for t in (1, 2)}}
+                     **{f"qps_augmented_{t}t": rates[(f"augmented ({label})", t)] for t in (1, 2)},
+                     **{f"over_flat_{t}t": over_flat[(f"augmented ({label})", t)] for t in (1, 2)}}
                     for c, label in labels.items()],
     }
 

@@ -98,3 +98,83 @@ def test_a_damaged_or_wrong_folder_is_one_line(small_fit, tmp_path):
         load_model(small_fit[3])
     with pytest.raises(UserError, match="not a reweighter"):
         Reweighter.from_folder(packaged.PACKAGED_ROOT / "general")
+
+
+def test_a_batch_across_chunks_and_a_replaced_store_ranks_as_one_query_alone(small_fit, tmp_path, monkeypatch):
+    """A light encoder's batch search is cut into ``PIECE``-query chunks, each one ``encode_batch``
+    call; with room for 16 chunks, the projections move to a fresh store between those calls.
+    Neither changes a ranking, on 1 or 2 threads, blank and repeated queries included."""
+    from bm25aug.model import reweighter
+    from bm25aug.search.augmented import AugmentedSearcher
+    from bm25aug.search.batch import PIECE
+    from bm25aug.search.bm25 import BM25Searcher
+    from test_stock_index import pyserini_index
+
+    stock = pyserini_index(tmp_path / "stock.flat")
+    queries = [f"{TEXTS[i % len(TEXTS)]} {'lion roar battery'.split()[i % 3]} word{i}" for i in range(2 * PIECE + 7)]
+    queries[3], queries[PIECE] = "", "   "
+    queries[PIECE + 1] = queries[1]
+    alone = [Reweighter.from_folder(small_fit[3]).encode(q) for q in queries]
+    monkeypatch.setattr(reweighter, "PROJECTED_CACHE", 16)
+    fresh = Reweighter.from_folder(small_fit[3])
+    searcher = AugmentedSearcher(fresh, BM25Searcher(str(stock)))
+    one_by_one = [searcher.search_arrays(q, 5) for q in queries]
+    stores = set()
+    for threads in (1, 2):
+        batch = searcher.batch_search_arrays(queries, 5, threads=threads)
+        stores.add(id(fresh._store))
+        assert len(batch) == len(queries)
+        for got, want in zip(batch, one_by_one):
+            assert got.lucene_ids.tolist() == want.lucene_ids.tolist() and got.scores.tolist() == want.scores.tolist()
+    assert len(stores) == 2  # the second batch started on a fresh store
+    assert [fresh.encode(q) for q in queries] == alone
+
+
+def reference(model: Reweighter, text: str) -> dict[str, float]:
+    """The fitted formula (module docstring), for one query, in float64 from the folder's tables."""
+    h = {name: t.astype(np.float64) for name, t in model.head.items()}
+    chunks = [model.chunk(c) for c in text.split()]
+    if not any(c[0] for c in chunks):
+        return {}
+    x = np.stack([c[1] for c in chunks]).astype(np.float64)
+    context = sum(c[2].astype(np.float64) for c in chunks) / max(sum(c[3] for c in chunks), 1)
+    m, zero = len(chunks), np.zeros((1, x.shape[1]))
+    left, right = np.concatenate([zero, x[:-1]]), np.concatenate([x[1:], zero])
+    position = np.stack([np.arange(m) / m, np.full(m, 1 / m)], axis=1)
+    pre = (x @ h["w_self"] + left @ h["w_left"] + right @ h["w_right"] + position @ h["w_position"]
+           + context @ h["w_context"] + h["bias"])
+    weights = np.exp(np.maximum(np.maximum(pre, 0) @ h["v"] + h["v_bias"], 0))
+    out: dict[str, float] = {}
+    for (terms, *_), w in zip(chunks, weights):
+        for t in terms:
+            out[t] = out.get(t, 0.0) + float(w)
+    return out
+
+
+def test_batches_follow_the_formula_as_the_table_grows_and_threads_share_it(small_fit, monkeypatch):
+    """Served weights equal the formula computed in float64 from the folder's own tables, for every
+    query of a batch: one-word, stopword-only and empty queries, a chunk over ``CHUNK_CHARS``
+    characters (never kept), over 1,024 distinct words (the table grows) and a store replaced
+    between batches, with two threads encoding at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bm25aug.model import reweighter
+
+    long = "x" * 70 + "glaucoma"
+    queries = [*TEXTS, "glaucoma", "the of and", "", f"{long} symptoms", f"aspirin {long}"]
+    queries += [f"word{i} glaucoma{i} q{i}x" for i in range(600)]  # 1,200 distinct new words
+    monkeypatch.setattr(reweighter, "PROJECTED_CACHE", 1100)  # 1,024 rows, then 1,100, then 1,024 more
+    model = Reweighter.from_folder(small_fit[3])
+    first = model.encode_batch(queries)
+    store = model._store
+    assert store.used > 1100 and store.table.shape[1] == 1100 + 1024 and long not in store.entries
+    for got, text in zip(first, queries):
+        want = reference(model, text)
+        assert got.keys() == want.keys(), text
+        np.testing.assert_allclose([got[t] for t in want], list(want.values()), rtol=1e-5, err_msg=text)
+    with ThreadPoolExecutor(2) as pool:  # the store fills and is replaced while both threads encode
+        runs = list(pool.map(lambda part: [model.encode_batch(part[i:i + 7]) for i in range(0, len(part), 7)],
+                             [queries[::-1], queries * 2]))
+    assert sum(runs[0], [])[::-1] == first and sum(runs[1], []) == first * 2
+    assert model._store is not store
+    assert max(w for terms in first for w in terms.values()) > 1.05  # the fit moves weights off the floor

@@ -161,7 +161,8 @@ class LuceneIndex:
 
     def doc_freqs(self, terms, field: str = FIELD) -> dict[str, int]:
         """``doc_freq`` of each term."""
-        return {t: self.doc_freq(t, field) for t in terms}
+        cached = self._df.get  # inline for the known terms: a model's term list checks each (indexed)
+        return {t: cached((field, t)) or self.doc_freq(t, field) for t in terms}
 
     def stored(self, numbers: list[int]) -> list[str | None]:
         """The raw stored document (Anserini's ``raw`` field) of each Lucene doc number."""

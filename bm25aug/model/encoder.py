@@ -35,6 +35,9 @@ class QueryEncoder(ABC):
     # Whether a query's terms are the same in a batch as alone (up to float rounding): fp32, yes;
     # the int8 runtimes quantize each batch's activations with one scale, so its neighbours count.
     batch_exact: bool = True
+    # A light encoder (the static table, the reweighter) encodes in numpy under the GIL, each query
+    # exactly as alone: more threads only contend for the GIL, and a batch may be cut anywhere.
+    light: bool = False
 
     @abstractmethod
     def encode_batch(self, texts: list[str], feedback: list[str] | None = None) -> list[dict[str, float]]:
@@ -54,9 +57,8 @@ def prune(terms: dict[str, float], top_k: int | None = None, threshold: float = 
     """Drop weights <= threshold, then keep the ``top_k`` heaviest (ties broken by term). A weight
     below ``MIN_TERM_WEIGHT`` (float32's smallest normal number) is dropped too: Lucene's boost
     cannot hold it as given (it adds under 1e-37 to a score), and the term-list rule refuses it."""
-    kept = sorted(((t, w) for t, w in terms.items() if w > threshold and w >= MIN_TERM_WEIGHT),
-                  key=lambda tw: (-tw[1], tw[0]))
-    return dict(kept[:top_k] if top_k else kept)
+    kept = sorted((-w, t) for t, w in terms.items() if w > threshold and w >= MIN_TERM_WEIGHT)
+    return {t: -w for w, t in (kept[:top_k] if top_k else kept)}
 
 
 BATCH = 32  # queries a forward pass
@@ -65,18 +67,20 @@ WINDOW = 256  # queries sorted by length together, so that a batch pads little
 
 def encode_queries(encoder: QueryEncoder, queries: list[str], top_k: int | None = None, threshold: float = 0.0,
                    progress: bool = True, batch_size: int | None = None, threads: int = 1) -> list[dict[str, float]]:
-    """Each query's pruned term list, ``batch_size`` queries a pass (default: ``BATCH`` where the
-    encoder is ``batch_exact``, else 1, so that every query gets the terms ``encode`` gives it).
+    """Each query's pruned term list, ``batch_size`` queries a pass (default: a whole window where
+    the encoder is ``light``, ``BATCH`` where it is ``batch_exact``, else 1, so that every query
+    gets the terms ``encode`` gives it).
     Each ``WINDOW`` queries from the first are sorted by length and cut into batches, so a query's
     neighbours depend only on its window (export and batch search, which searches in windows,
     encode alike). In int8 batches they move its weights within the bound
     ``tests/test_fast_encoder.py`` sets against fp32, and SciFact's nDCG@10 by -0.007 to +0.002
-    (docs/search.md). A window's batches are encoded on ``threads`` threads (``map_threads``):
-    each batch is the same pass on any thread, so ``threads`` never changes a term list."""
+    (docs/search.md). A window's batches are encoded on ``threads`` threads (``map_threads``; a
+    ``light`` encoder's on one): each batch is the same pass on any thread, so ``threads`` never
+    changes a term list."""
     check("top_k", top_k)
     check("threshold", threshold)
     check("threads", threads)
-    batch = check("encode_batch_size", batch_size) or (BATCH if encoder.batch_exact else 1)
+    batch = check("encode_batch_size", batch_size) or (WINDOW if cut_anywhere(encoder) else BATCH if encoder.batch_exact else 1)
     if (bad := next((q for q in queries if not isinstance(q, str)), None)) is not None:
         raise UserError(f"a query is a {type(bad).__name__}, not a string; fix: pass query texts")
     lists: list[dict[str, float]] = [{} for _ in queries]
@@ -88,11 +92,17 @@ def encode_queries(encoder: QueryEncoder, queries: list[str], top_k: int | None 
         for start in range(0, len(queries), WINDOW):
             window = sorted(range(start, min(start + WINDOW, len(queries))), key=lambda i: len(queries[i]))
             batches = [window[b:b + batch] for b in range(0, len(window), batch)]
-            for at, encoded in zip(batches, map_threads(encode, batches, threads)):
+            for at, encoded in zip(batches, map_threads(encode, batches, 1 if encoder.light else threads)):
                 for i, terms in zip(at, encoded):
                     lists[i] = terms
                 bar.update(len(at))
     return lists
+
+
+def cut_anywhere(encoder: QueryEncoder) -> bool:
+    """Whether a batch of ``encoder``'s may be cut into passes of any size: a light encoder whose
+    lists never depend on their batch (its passes are then as large as the caller's chunk)."""
+    return encoder.light and encoder.batch_exact
 
 
 def map_threads(fn: Callable[[T], R], items: Iterable[T], threads: int) -> Iterator[R]:

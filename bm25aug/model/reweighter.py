@@ -39,6 +39,9 @@ from bm25aug.model.encoder import QueryEncoder
 WEIGHTS_FILE = "reweighter.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 QUERY_SIDE = "reweighter"
+# Chunks whose projections are kept: each holds 4 x hidden floats (2 KB at hidden 128), so a quarter
+# of the analyzer's chunk count keeps the bytes an entry of two dim-64 vectors took.
+PROJECTED_CACHE = CHUNK_CACHE // 4
 HEAD = ("w_self", "w_left", "w_right", "w_position", "w_context", "bias", "v", "v_bias")
 
 
@@ -54,20 +57,11 @@ def chunk_positions(count: int) -> np.ndarray:
     return np.stack([j / count, np.full(count, 1 / count, np.float32)], axis=1) if count else np.zeros((0, 2), np.float32)
 
 
-def neighbours(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's left and right neighbour (a zero row past either end), for numpy or torch rows."""
-    zero = x[:1] * 0
-    if isinstance(x, np.ndarray):
-        return np.concatenate([zero, x[:-1]]), np.concatenate([x[1:], zero])
-    import torch
-
-    return torch.cat([zero, x[:-1]]), torch.cat([x[1:], zero])
-
-
 class Reweighter(QueryEncoder):
     """The runtime: ``encode_batch`` in numpy, float32, from a folder's tables."""
 
     batch_exact = True  # a query's weights never depend on its batch
+    light = True  # numpy under the GIL
 
     def __init__(self, config: AugmenterConfig, tokenizer, tables: dict[str, np.ndarray], path: Path | None = None):
         missing = [name for name in ("vectors", *HEAD) if name not in tables]
@@ -76,7 +70,7 @@ class Reweighter(QueryEncoder):
         self.config, self.tokenizer, self.path = config, tokenizer, path
         self.vectors = np.asarray(tables["vectors"], np.float32)
         self.head = {name: np.asarray(tables[name], np.float32) for name in HEAD}
-        self._chunks: dict[str, tuple] = {}
+        self._store = _Projections(len(self.head["v"]))
         self._lock = threading.Lock()
 
     @classmethod
@@ -102,44 +96,112 @@ class Reweighter(QueryEncoder):
 
     # -------------------------------------------------------------------------------- features
     def chunk(self, chunk: str) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, int]:
-        """A chunk's analyzed terms, the mean and the sum of its pieces' vectors, and its piece
-        count; kept for chunks up to ``CHUNK_CHARS`` characters, so each is analyzed once."""
-        found = self._chunks.get(chunk)
+        """A chunk's analyzed terms, the mean and the sum of its pieces' vectors, and its piece count
+        (what fitting reads: ``bm25aug.train.reweighter``)."""
+        pieces = self.tokenizer.encode(chunk, add_special_tokens=False).ids
+        rows = self.vectors[pieces] if pieces else np.zeros((1, self.vectors.shape[1]), np.float32)
+        return chunk_terms(chunk), rows.mean(axis=0), rows.sum(axis=0), len(pieces)
+
+    def projected(self, store: "_Projections", chunk: str) -> tuple[tuple[str, ...], int | np.ndarray, int]:
+        """A chunk's terms, its row in ``store`` and its piece count. A chunk up to ``CHUNK_CHARS``
+        characters is analyzed and projected once per store; a longer one (a URL, a pasted token)
+        every time, its projections (4 x hidden) given in place of a row, never kept."""
+        found = store.entries.get(chunk)
         if found is None:
-            pieces = self.tokenizer.encode(chunk, add_special_tokens=False).ids
-            rows = self.vectors[pieces] if pieces else np.zeros((1, self.vectors.shape[1]), np.float32)
-            found = (chunk_terms(chunk), rows.mean(axis=0), rows.sum(axis=0), len(pieces))
-            if len(chunk) <= CHUNK_CHARS:
-                with self._lock:
-                    if len(self._chunks) >= CHUNK_CACHE:
-                        self._chunks.clear()
-                    self._chunks[chunk] = found
+            terms, mean, total, count = self.chunk(chunk)
+            h = self.head
+            parts = np.stack([mean @ h["w_self"] + h["bias"], mean @ h["w_left"], mean @ h["w_right"],
+                              total @ h["w_context"]]).astype(np.float32)
+            if len(chunk) > CHUNK_CHARS:
+                return terms, parts, count
+            with self._lock:
+                found = store.entries[chunk] = (terms, store.add(parts), count)
         return found
 
-    def chunk_weights(self, x: np.ndarray, context: np.ndarray) -> np.ndarray:
-        """Each chunk's weight (m), from its vectors ``x`` (m x dim) and the query's ``context``."""
-        h = self.head
-        left, right = neighbours(x)
-        pre = (x @ h["w_self"] + left @ h["w_left"] + right @ h["w_right"] + chunk_positions(len(x)) @ h["w_position"]
-               + context @ h["w_context"] + h["bias"])
-        y = np.maximum(pre, 0) @ h["v"] + h["v_bias"]
+    def chunk_weights(self, parts: np.ndarray, sizes: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Each chunk's weight, for the chunks of several queries in a row: ``parts`` (4 x n x hidden,
+        ``_Projections``), each query's chunk count ``sizes`` and its piece count ``counts`` (queries
+        with no chunk left out). Row by row the same arithmetic whatever the batch: a query's
+        weights never depend on its neighbours (``batch_exact``)."""
+        own, to_right, to_left, context = parts
+        h, n = self.head, len(own)
+        starts = np.cumsum(sizes) - sizes
+        left = np.concatenate([to_right[:1] * 0, to_right[:-1]])  # the chunk before's share, none at a query's start
+        left[starts] = 0
+        right = np.concatenate([to_left[1:], to_left[:1] * 0])
+        right[starts + sizes - 1] = 0
+        m = np.repeat(sizes, sizes).astype(np.float32)
+        j = (np.arange(n) - np.repeat(starts, sizes)).astype(np.float32)
+        context = np.add.reduceat(context, starts, axis=0) / np.maximum(counts, 1).astype(np.float32)[:, None]
+        position = h["w_position"]
+        pre = own + left + right + (j / m)[:, None] * position[0] + (1 / m)[:, None] * position[1]
+        pre += np.repeat(context, sizes, axis=0)
+        y = (np.maximum(pre, 0, out=pre) * h["v"]).sum(axis=1) + h["v_bias"]
         return np.exp(np.maximum(y, 0), dtype=np.float32)
 
     def encode_batch(self, texts: list[str], feedback: list[str] | None = None) -> list[dict[str, float]]:
-        return [self._term_list(text) for text in texts]
+        store = self._store
+        if store.full():
+            with self._lock:
+                if self._store is store:
+                    self._store = _Projections(len(self.head["v"]))
+                store = self._store
+        get = store.entries.get  # the known chunks looked up here, inline: most of a query's cost
+        queries = [[get(c) or self.projected(store, c) for c in text.split()] for text in texts]
+        live = [q for q in queries if any(c[0] for c in q)]  # a query with no analyzer term has no list
+        if not live:
+            return [{} for _ in texts]
+        rows = [c[1] for q in live for c in q]
+        sizes = np.array([len(q) for q in live])
+        counts = np.array([sum(c[2] for c in q) for q in live])
+        weights = iter(self.chunk_weights(gathered(store.table, rows), sizes, counts).tolist())
+        lists = []
+        for query in queries:
+            boosts: dict[str, float] = {}
+            if any(c[0] for c in query):
+                for (terms, *_), weight in zip(query, weights):
+                    for term in terms:
+                        boosts[term] = boosts.get(term, 0.0) + weight
+            lists.append({t: boosts[t] for t in sorted(boosts)})
+        return lists
 
-    def _term_list(self, text: str) -> dict[str, float]:
-        chunks = [self.chunk(c) for c in text.split()]
-        if not any(c[0] for c in chunks):
-            return {}
-        x = np.stack([c[1] for c in chunks])
-        context = sum(c[2] for c in chunks) / max(sum(c[3] for c in chunks), 1)
-        weights = self.chunk_weights(x, context.astype(np.float32))
-        boosts: dict[str, float] = {}
-        for (terms, *_), weight in zip(chunks, weights.tolist()):
-            for term in terms:
-                boosts[term] = boosts.get(term, 0.0) + weight
-        return {t: boosts[t] for t in sorted(boosts)}
+
+def gathered(table: np.ndarray, rows: list) -> np.ndarray:
+    """The projections (4 x n x hidden) of chunks given as rows of ``table`` or as their own arrays."""
+    if all(type(r) is int for r in rows):
+        return table[:, rows]
+    parts = table[:, [r if type(r) is int else 0 for r in rows]]
+    for i, r in enumerate(rows):
+        if type(r) is not int:
+            parts[:, i] = r
+    return parts
+
+
+class _Projections:
+    """Chunks' projections, one row each of ``table`` (4 x rows x hidden, float32), and ``entries``:
+    chunk -> (terms, row, piece count). Rows are only added (under the reweighter's lock; a full
+    table is copied into a larger one: twice its size up to ``PROJECTED_CACHE`` rows, then 1,024
+    rows more, for the batch that crosses it), and a store that holds ``PROJECTED_CACHE`` rows is
+    replaced by an empty one at the next batch, never cleared: a batch that looked its rows up in a
+    store reads them from that store's table, whatever other threads do meanwhile."""
+
+    def __init__(self, hidden: int):
+        self.entries: dict[str, tuple] = {}
+        self.table = np.zeros((4, min(1024, PROJECTED_CACHE), hidden), np.float32)
+        self.used = 0
+
+    def full(self) -> bool:
+        return self.used >= PROJECTED_CACHE
+
+    def add(self, parts: np.ndarray) -> int:
+        if self.used == self.table.shape[1]:
+            size = min(2 * self.used, PROJECTED_CACHE) if self.used < PROJECTED_CACHE else self.used + 1024
+            grown = np.zeros((4, size, self.table.shape[2]), np.float32)
+            grown[:, :self.used] = self.table
+            self.table = grown
+        self.table[:, self.used] = parts
+        self.used += 1
+        return self.used - 1
 
 
 def write_folder(folder: Path, tables: dict[str, np.ndarray], tokenizer_dir: Path, config: AugmenterConfig) -> None:

@@ -48,6 +48,8 @@ class StaticQueryModel(nn.Module, QueryEncoder):
     """The static query side: ``theta`` (one per table term) and ``values`` (one per expansion entry;
     entry e adds ``targets[e]`` for ``terms[owner[e]]``)."""
 
+    light = True  # search reads two dicts (``_lookups``) under the GIL, each query as alone
+
     def __init__(self, config: AugmenterConfig, tokenizer, terms: list[str] | None = None,
                  expansions: dict[str, list[str]] | None = None):
         super().__init__()

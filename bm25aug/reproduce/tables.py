@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from bm25aug.io import atomic_write_text
+from bm25aug.reproduce.choice_table import choice_table
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH_DATA = {"speed": ROOT / "docs" / "data" / "speed.json", "scale": ROOT / "docs" / "data" / "scale.json",
@@ -42,6 +43,8 @@ BENCH_DATA["cluster"] = ROOT / "docs" / "data" / "bench_cluster.json"
 BENCH_DATA["general-models"] = ROOT / "docs" / "data" / "speed_general.json"
 # The static query side's added-term budget, quality against QPS (benchmarks/bench_budget.py --record)
 BENCH_DATA["budget"] = ROOT / "docs" / "data" / "budget.json"
+# A label-free choice between the general model alone and with RM3, per corpus (research/feedback_choice.py)
+BENCH_DATA["feedback-choice"] = ROOT / "docs" / "data" / "feedback_choice.json"
 # Where a training step's time goes (research/profile_training.py --json-out)
 BENCH_DATA["profile"] = ROOT / "docs" / "data" / "profile_training.json"
 METRIC_NAMES = {"ndcg@10": "nDCG@10", "recall@100": "R@100", "mrr@10": "MRR@10", "acc@5": "Acc@5",
@@ -264,18 +267,27 @@ def models_table(recorded: dict) -> str:
     """bm25-flat, the run's model and every ``--compare`` model, from one bench_search.py run, each
     with its encoder and its QPS over bm25-flat's."""
     run = recorded["runs"][0]
-    rows = [("bm25-flat", "", run["bm25_flat_p50_ms"], None, run["qps_bm25_flat_1t"], run["qps_bm25_flat_2t"]),
-            (f"augmented, {Path(run.get('checkpoint', 'model')).name}", run.get("encoder", "onnx int8"),
-             run["augmented_p50_ms"], run["encode_p50_ms"], run["qps_augmented_1t"], run["qps_augmented_2t"])]
-    rows += [(f"augmented, {c['checkpoint']}", c["encoder"], c["augmented_p50_ms"], c["encode_p50_ms"],
-              c["qps_augmented_1t"], c["qps_augmented_2t"]) for c in run["compare"]]
     flat1, flat2 = run["qps_bm25_flat_1t"], run["qps_bm25_flat_2t"]
+
+    def over(row: dict, prefix: str) -> tuple[float, ...]:  # the paired ratios where the run has them
+        return tuple(row.get(f"{prefix}over_flat_{t}t", row[f"qps_augmented_{t}t"] / flat)
+                     for t, flat in ((1, flat1), (2, flat2)))
+
+    rows = [("bm25-flat", "", run["bm25_flat_p50_ms"], None, flat1, flat2, (1.0, 1.0)),
+            (f"augmented, {Path(run.get('checkpoint', 'model')).name}", run.get("encoder", "onnx int8"),
+             run["augmented_p50_ms"], run["encode_p50_ms"], run["qps_augmented_1t"], run["qps_augmented_2t"],
+             over(run, "augmented_"))]
+    rows += [(f"augmented, {c['checkpoint']}", c["encoder"], c["augmented_p50_ms"], c["encode_p50_ms"],
+              c["qps_augmented_1t"], c["qps_augmented_2t"], over(c, "")) for c in run["compare"]]
     lines = ["| path | query side | p50 ms | encode p50 ms | QPS 1 thread | QPS 2 threads | / bm25-flat, 1 thread "
              "| / bm25-flat, 2 threads |", "|" + "---|" * 8]
-    for name, side, p50, encode, q1, q2 in rows:
+    for name, side, p50, encode, q1, q2, (r1, r2) in rows:
         lines.append(f"| {name} | {side} | {p50:.2f} | {'' if encode is None else f'{encode:.3f}'} | {q1:,.0f} | "
-                     f"{q2:,.0f} | {q1 / flat1:.2f}x | {q2 / flat2:.2f}x |")
-    lines += ["", f"{run['dataset']}, {run['num_queries']} queries, k={run['k']}; recorded with `{recorded['command']}`."]
+                     f"{q2:,.0f} | {r1:.2f}x | {r2:.2f}x |")
+    how = ("; each ratio is the median of per-round ratios (every path's batch in turn, 9 rounds), so it "
+           "need not equal the quotient of the median QPS" if "augmented_over_flat_1t" in run else "")
+    lines += ["", f"{run['dataset']}, {run['num_queries']} queries, k={run['k']}{how}; recorded with "
+                  f"`{recorded['command']}`."]
     return "\n".join(lines)
 
 
@@ -345,7 +357,7 @@ def bench_table(name: str) -> str:
               "serve": serve_table, "encoders": lambda r: speed_table(r, qps=False), "two-core": two_core_table,
               "two-core-nolayer": two_core_table, "profile": profile_table,
               "static": static_table, "term-lists": ab_table, "cluster": cluster_table, "general-models": models_table,
-              "budget": budget_table}
+              "budget": budget_table, "feedback-choice": choice_table}
     return tables[name](recorded)
 
 

@@ -18,8 +18,8 @@ from bm25aug.errors import UserError
 from bm25aug.limits import check, check_query
 from bm25aug.lucene.ranking import TopK
 from bm25aug.lucene.reader import B, FIELD, K1, TITLE_FIELD
-from bm25aug.model.encoder import QueryEncoder, encode_queries, prune
-from bm25aug.search.batch import check_qids, search_chunks
+from bm25aug.model.encoder import QueryEncoder, cut_anywhere, encode_queries, prune
+from bm25aug.search.batch import CHUNK, PIECE, check_qids, search_chunks
 from bm25aug.search.bm25 import BM25Searcher, Hit
 from bm25aug.search.feedback import reading_feedback
 
@@ -157,7 +157,7 @@ class AugmentedSearcher:
         ``search_arrays`` one by one."""
         return search_chunks(self.bm25.index, self.bm25.index.terms_kind(self.fields),
                              lambda chunk: [self.bm25.terms_element(t, self.fields) for t in self.term_lists(chunk, threads)],
-                             list(queries), k, threads, desc)
+                             list(queries), k, threads, desc, PIECE if cut_anywhere(self.encoder) else CHUNK)
 
     def batch_search_terms_arrays(self, term_lists: list[dict[str, float]], k: int = 1000, threads: int = 1,
                                   desc: str | None = None) -> list[TopK]:

@@ -54,21 +54,23 @@ class _Piece:
 
 
 def search_chunks(index: LuceneIndex, kind: str, prepare: Callable[[list], list], items: list,
-                  k: int, threads: int, desc: str | None = None) -> list[TopK]:
-    """Each item's top k: ``prepare`` turns a chunk of items into what the Java pool searches for
-    ``kind`` (query texts, or term lists' elements: ``bm25aug.lucene.reader``; None: nothing to
-    search, no hits), and the chunk searches, in pieces, while the next one is prepared. The
-    result equals searching each prepared item alone, on any number of threads."""
+                  k: int, threads: int, desc: str | None = None, chunk: int = CHUNK) -> list[TopK]:
+    """Each item's top k: ``prepare`` turns a chunk of ``chunk`` items into what the Java pool
+    searches for ``kind`` (query texts, or term lists' elements: ``bm25aug.lucene.reader``; None:
+    nothing to search, no hits), and the chunk searches, in pieces, while the next one is prepared.
+    The result equals searching each prepared item alone, on any number of threads. A smaller
+    ``chunk`` starts Java sooner (``PIECE``: for a ``light`` encoder, whose lists any chunking
+    leaves alone)."""
     check("k", k)
     check("threads", threads)
     tops: list[TopK] = []
     running: deque[_Piece] = deque()  # the chunk before's pieces still to rank, and the chunk just submitted's
     with progress(total=len(items), desc=desc, unit="q", disable=desc is None) as bar:
         try:
-            for start in range(0, len(items) + CHUNK, CHUNK):
+            for start in range(0, len(items) + chunk, chunk):
                 fresh = 0  # pieces of the chunk submitted now, left running while the next one is prepared
                 if start < len(items):
-                    texts = prepare(items[start:start + CHUNK])
+                    texts = prepare(items[start:start + chunk])
                     for at in range(0, len(texts), PIECE):
                         running.append(_Piece(index, kind, texts[at:at + PIECE], k, threads))
                         fresh += 1

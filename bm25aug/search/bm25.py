@@ -131,7 +131,9 @@ class BM25Searcher:
         """``terms`` less those the index lacks (in every searched field): a model may propose a
         word no document has, and such a term matches nothing (a no-op in Lucene) but would count
         as an added term."""
-        freqs = [self.index.doc_freqs(terms, f) for f in self.fields or (FIELD,)]
+        freqs = [self.index.doc_freqs(terms, f) for f in self.fields or (FIELD,)]  # uncached ones asked at once
+        if len(freqs) == 1:
+            return {t: w for t, w in terms.items() if freqs[0][t]}
         return {t: w for t, w in terms.items() if any(df[t] for df in freqs)}
 
     def hits(self, top: TopK) -> list[Hit]:

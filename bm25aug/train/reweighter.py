@@ -31,6 +31,7 @@ import numpy as np
 
 from bm25aug.errors import UserError
 from bm25aug.io import digest, source_key, write_json
+from bm25aug.lucene.analysis import CHUNK_CACHE
 from bm25aug.model.reweighter import HEAD, Reweighter, chunk_positions
 
 log = logging.getLogger(__name__)
@@ -127,11 +128,19 @@ class Examples:
 
     def __init__(self, featurizer: Reweighter, texts: list[str], labels: list[dict[str, float]]):
         rows: dict[str, int] = {}
+        features: dict[str, tuple] = {}  # each word's features, computed once (bounded as the runtime's cache)
+
+        def remember(word: str) -> tuple:
+            if len(features) >= CHUNK_CACHE:
+                features.clear()
+            found = features[word] = featurizer.chunk(word)
+            return found
+
         table, contexts = [np.zeros(featurizer.vectors.shape[1], np.float32)], []
         own, left, right, positions, query, target = [], [], [], [], [], []
         for text, label in zip(texts, labels):
             words = text.split()
-            chunks = [featurizer.chunk(w) for w in words]
+            chunks = [features.get(w) or remember(w) for w in words]
             ids = []
             for word, chunk in zip(words, chunks):
                 if word not in rows:
