@@ -119,12 +119,7 @@ def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare:
         paths[f"encode ({kinds[other_path]}, {label})"] = (lambda q, m=other: m.encode(q), queries)
         batch[f"augmented ({label})"] = other_search
     rows = interleaved_latencies(paths)
-    # QPS paired within each round (timing.paired_qps), bm25-flat first: every ratio to it is the
-    # median of per-round ratios, which a slow spell of the machine leaves alone.
-    paired = {t: paired_qps({name: (lambda q, n, s=s: s.batch_search_arrays(q, k, threads=n)) for name, s in batch.items()},
-                            queries, t) for t in (1, 2)}
-    rates = {(name, t): paired[t][name]["qps"] for name in batch for t in (1, 2)}
-    over_flat = {(name, t): paired[t][name]["over_first"] for name in batch for t in (1, 2)}
+    rates, over_flat = paired_rates(batch, queries, k)
     peer = bm25s_peer(dataset_name, split, k) if with_peer else None
 
     floor = float(np.percentile(rows["floor"], 50))
@@ -165,6 +160,16 @@ def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare:
                      **{f"over_flat_{t}t": over_flat[(f"augmented ({label})", t)] for t in (1, 2)}}
                     for c, label in labels.items()],
     }
+
+
+def paired_rates(batch: dict, queries: list[str], k: int) -> tuple[dict, dict]:
+    """``{(path, threads): QPS}`` and ``{(path, threads): ratio to the first path}`` of each
+    searcher's batch search on 1 and 2 threads, paired within each round (``timing.paired_qps``):
+    every ratio is the median of per-round ratios, which a slow spell of the machine leaves alone."""
+    paired = {t: paired_qps({name: (lambda q, n, s=s: s.batch_search_arrays(q, k, threads=n)) for name, s in batch.items()},
+                            queries, t) for t in (1, 2)}
+    return ({(name, t): paired[t][name]["qps"] for name in batch for t in (1, 2)},
+            {(name, t): paired[t][name]["over_first"] for name in batch for t in (1, 2)})
 
 
 def main() -> None:
