@@ -51,10 +51,13 @@ def refit(folder) -> str:
             f"--output-dir {folder} ...)")
 
 
-def chunk_positions(count: int) -> np.ndarray:
-    """``[j/m, 1/m]`` for each of a query's ``m`` chunks (m x 2, float32)."""
-    j = np.arange(count, dtype=np.float32)
-    return np.stack([j / count, np.full(count, 1 / count, np.float32)], axis=1) if count else np.zeros((0, 2), np.float32)
+def chunk_positions(sizes) -> np.ndarray:
+    """``[j/m, 1/m]`` for each chunk j of queries of ``m`` chunks each (``sizes``, or one query's
+    count), the queries' chunks in a row (n x 2, float32): what fitting and search both read."""
+    sizes = np.atleast_1d(np.asarray(sizes, np.int64))
+    m = np.repeat(sizes, sizes).astype(np.float32)
+    j = (np.arange(len(m)) - np.repeat(np.cumsum(sizes) - sizes, sizes)).astype(np.float32)
+    return np.stack([j / m, 1 / m], axis=1)
 
 
 class Reweighter(QueryEncoder):
@@ -124,17 +127,16 @@ class Reweighter(QueryEncoder):
         with no chunk left out). Row by row the same arithmetic whatever the batch: a query's
         weights never depend on its neighbours (``batch_exact``)."""
         own, to_right, to_left, context = parts
-        h, n = self.head, len(own)
+        h = self.head
         starts = np.cumsum(sizes) - sizes
         left = np.concatenate([to_right[:1] * 0, to_right[:-1]])  # the chunk before's share, none at a query's start
         left[starts] = 0
         right = np.concatenate([to_left[1:], to_left[:1] * 0])
         right[starts + sizes - 1] = 0
-        m = np.repeat(sizes, sizes).astype(np.float32)
-        j = (np.arange(n) - np.repeat(starts, sizes)).astype(np.float32)
         context = np.add.reduceat(context, starts, axis=0) / np.maximum(counts, 1).astype(np.float32)[:, None]
         position = h["w_position"]
-        pre = own + left + right + (j / m)[:, None] * position[0] + (1 / m)[:, None] * position[1]
+        at = chunk_positions(sizes)
+        pre = own + left + right + at[:, :1] * position[0] + at[:, 1:] * position[1]
         pre += np.repeat(context, sizes, axis=0)
         y = (np.maximum(pre, 0, out=pre) * h["v"]).sum(axis=1) + h["v_bias"]
         return np.exp(np.maximum(y, 0), dtype=np.float32)
