@@ -142,7 +142,7 @@ def main() -> None:
         results = [measure(name, base, args.checkpoint, args.k) for name in args.corpus]
     finally:
         if root is not None:
-            local.stop(root)
+            local.delete(root)
     from bm25aug.reproduce.tables import cluster_table
 
     print(cluster_table(results))

@@ -73,10 +73,12 @@ def _index_parser(sub) -> None:
 def _cluster_parser(sub) -> None:
     from bm25aug.opensearch.local import HEAP, NODES
 
-    p = sub.add_parser("cluster", help="start, check or stop a local OpenSearch cluster (docs/scale-out.md)")
-    p.add_argument("action", choices=("start", "status", "stop"))
-    p.add_argument("--nodes", type=int, default=NODES, help=f"with start: nodes, each its own JVM (default {NODES})")
-    p.add_argument("--heap", default=HEAP, help=f"with start: each node's Java heap (default {HEAP})")
+    p = sub.add_parser("cluster", help="start, check, stop or delete a local OpenSearch cluster (docs/scale-out.md)")
+    p.add_argument("action", choices=("start", "status", "stop", "delete"),
+                   help="stop ends the nodes and keeps their data (start brings them back); delete removes it")
+    p.add_argument("--nodes", type=int, help=f"with start: nodes, each its own JVM (default {NODES}; a cluster "
+                                             f"started before keeps its own)")
+    p.add_argument("--heap", help=f"with start: each node's Java heap (default {HEAP}, or the cluster's own)")
     p.add_argument("--root", help="the cluster's folder (default: $BM25AUG_CLUSTER_ROOT, else bm25aug's cache)")
 
 

@@ -33,7 +33,7 @@ def cluster(tmp_path_factory, scifact):
         ingest(scifact, url)
         yield state, url
     finally:
-        local.stop(root)
+        local.delete(root)  # ends the nodes and removes their data (`stop` would keep it)
         assert not root.exists()
 
 

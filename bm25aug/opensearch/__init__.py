@@ -4,5 +4,5 @@
 * ``schema``: the index's analyzer, similarity and mapping, so that it scores as the flat index;
 * ``ingest``: ``bm25aug index --to URL``, streamed in bulk, resumable;
 * ``index``: ``OpenSearchIndex``, what ``BM25Searcher`` searches when ``--index`` is a URL;
-* ``local``: ``bm25aug cluster start|status|stop``, a real cluster on this machine.
+* ``local``: ``bm25aug cluster start|status|stop|delete``, a real cluster on this machine.
 """

