@@ -82,11 +82,13 @@ def test_a_changed_file_or_another_runtime_is_one_line(general, tmp_path):
         OnnxQueryEncoder.packaged(copy, "onnx-int8")
 
 
-def test_a_folder_of_that_name_wins_over_the_packaged_model(tmp_path, monkeypatch):
+def test_the_bare_name_is_the_packaged_model(tmp_path, monkeypatch):
+    """A folder of that name is used only when written as a path (probe round five, G20)."""
     monkeypatch.chdir(tmp_path)
     assert packaged.resolve("general") == packaged.PACKAGED_ROOT / "general"
     (tmp_path / "general").mkdir()
-    assert packaged.resolve("general") == packaged.Path("general")
+    assert packaged.resolve("general") == packaged.PACKAGED_ROOT / "general"
+    assert packaged.resolve("./general") == packaged.Path("./general")
     assert packaged.resolve("checkpoints/x") == packaged.Path("checkpoints/x")
 
 

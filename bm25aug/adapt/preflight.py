@@ -5,7 +5,9 @@ later is refused at once (docs/reliability.md: output paths are checked before a
 - the output folder: not an input, not holding what bm25aug did not write, not a finished run;
 - ``--resume``: the saved run's adapt settings can be read (``check_resumed_settings`` compares
   them), and its corpus is the one given now;
-- ``--index``: a flat index with what adapt reads (``bm25aug.adapt.source.resolve``).
+- ``--index``: a flat index with what adapt reads (``bm25aug.adapt.source.resolve``);
+- ``--init-from``: a model folder that holds a torch model to train (not a packaged model, not a
+  reweighter: ``bm25aug.model.loading.check_torch_model``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ def corpus_file(args: argparse.Namespace) -> Path | None:
 
 
 def check_before_work(args: argparse.Namespace, out: Path, settings_file: Path) -> None:
-    """Every check of the output folder and of ``--resume`` that needs no corpus read."""
+    """Every check of the output folder, of ``--init-from`` and of ``--resume`` that needs no corpus read."""
     from bm25aug.io import digest, refuse_foreign
     from bm25aug.lucene.index import INDEX_ROOT
     from bm25aug.outputs import check_outputs
@@ -40,6 +42,8 @@ def check_before_work(args: argparse.Namespace, out: Path, settings_file: Path) 
     check_outputs({"--output-dir": out}, inputs, folders=("--output-dir",))
     refuse_foreign(out, RUN_MARKER, "--output-dir", earlier_run)
     refuse_finished(out, args.resume)
+    if args.init_from:
+        check_init_from(args.init_from)
     if not args.resume:
         return
     trained = (out / "last").exists() or (out / "best").exists()  # an epoch saved (a run stopped before: restarts)
@@ -49,3 +53,11 @@ def check_before_work(args: argparse.Namespace, out: Path, settings_file: Path) 
                         f"start over in a new --output-dir")
     if file is not None and file.is_file():
         check_resumed_corpus(out, digest(file), [file])
+
+
+def check_init_from(init_from: str) -> None:
+    """``--init-from`` names a folder with a torch model to train (as training resolves it)."""
+    from bm25aug.eval.checkpoints import resolve_checkpoint
+    from bm25aug.model.loading import check_torch_model
+
+    check_torch_model(resolve_checkpoint(init_from, "", transfer=False))

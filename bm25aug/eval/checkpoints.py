@@ -1,5 +1,6 @@
-"""Which trained model an evaluation reads (``--checkpoint``, else ``checkpoints/<dataset>``), and
-the dev queries its training run held out (``--split checkpoint-dev``)."""
+"""Which trained model an evaluation reads (``--checkpoint``, else ``checkpoints/<dataset>``), how a
+row names it, whether it changed the queries at all, and the dev queries its training run held
+out (``--split checkpoint-dev``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from bm25aug.errors import UserError
 CHECKPOINT_ROOT = Path(os.environ.get("BM25AUG_CHECKPOINT_ROOT", "checkpoints"))
 # --split: the queries the checkpoint's training run held out as its dev set (its dev_split.json)
 CHECKPOINT_DEV = "checkpoint-dev"
+# A term list whose weights over its terms' counts spread less than this (relative) is plain BM25's.
+SAME_RATIO = 1e-6
 
 
 def checkpoint_dev(dataset, checkpoint: Path | None):
@@ -39,15 +42,19 @@ def checkpoint_dev(dataset, checkpoint: Path | None):
 
 
 def resolve_checkpoint(path: str | None, dataset_name: str, transfer: bool) -> Path:
-    """``--checkpoint`` (a model dir, a train.py output dir or a packaged model's name), else
-    ``checkpoints/<source>/best``."""
+    """``--checkpoint`` (a model dir, a train.py output dir or a packaged model's bare name: see
+    ``bm25aug.model.packaged.resolve``), else ``checkpoints/<source>/best``. A packaged model's
+    files are checked here, before its settings are read."""
     from bm25aug.data.registry import REGISTRY
     from bm25aug.model.augmenter import CONFIG_NAME
 
     if path:
-        from bm25aug.model.packaged import resolve
+        from bm25aug.model.packaged import check_files, is_packaged, resolve
 
         p = resolve(path)  # a folder, or a packaged model's name ("general")
+        if is_packaged(p):
+            check_files(p)
+            return p
         p = p / "best" if (p / "best").is_dir() else p
         if not (p / CONFIG_NAME).exists():
             raise UserError(f"{p} is not a bm25aug checkpoint (no {CONFIG_NAME}); fix: pass the directory "
@@ -61,3 +68,34 @@ def resolve_checkpoint(path: str | None, dataset_name: str, transfer: bool) -> P
         raise UserError(f"no trained model at {default}; fix: run `python train.py --dataset {source}` "
                         f"or pass --checkpoint DIR")
     return default
+
+
+def described(checkpoint: Path | None) -> str:
+    """The model a row used, as eval names it: a packaged model by name and folder, else its folder."""
+    from bm25aug.model.packaged import is_packaged
+
+    if checkpoint is None:  # a caller of run_method that passes none
+        return "the model"
+    if is_packaged(checkpoint):
+        return f"the packaged model {checkpoint.name} ({checkpoint.resolve()})"
+    return f"the model in {checkpoint.resolve()} (a folder, not a packaged model)"
+
+
+def plain_bm25(bm25, queries: list[str], term_lists: list[dict[str, float]]) -> bool:
+    """Whether every query's term list is its own terms as plain BM25 on ``bm25``'s index counts
+    them (those the index has), up to one factor, so that it ranks as plain BM25 does: the model
+    changed nothing. False when no query has terms."""
+    seen = False
+    for query, terms in zip(queries, term_lists):
+        own = bm25.query_terms(query)
+        if not terms.keys() <= own.keys():
+            return False  # an added term
+        own = bm25.indexed(own)
+        if terms.keys() != own.keys():
+            return False  # a term dropped
+        if terms:
+            ratio = [w / own[t] for t, w in terms.items()]
+            if max(ratio) - min(ratio) > SAME_RATIO * max(ratio):
+                return False  # reweighted
+            seen = True
+    return seen

@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 
 from bm25aug.errors import UserError
-from bm25aug.eval.checkpoints import CHECKPOINT_DEV, checkpoint_dev, resolve_checkpoint
+from bm25aug.eval.checkpoints import CHECKPOINT_DEV, checkpoint_dev, described, plain_bm25, resolve_checkpoint
 from bm25aug.lucene.reader import B, K1
 from bm25aug.limits import RUNTIMES, check_all, check_choice
 
@@ -167,7 +167,13 @@ class EvalResult:
     remove_query: bool = False  # hits whose docid is the query id were dropped before scoring
 
     def table(self) -> str:
-        return format_table(self.metrics)
+        """The metrics, then the model each model's row used (and whether it ranked as plain BM25)."""
+        lines = [format_table(self.metrics)]
+        for name, m in self.metrics.items():
+            if name in METHODS and METHODS[name].needs_checkpoint and self.checkpoint:
+                plain = "; its term lists are the queries' own terms: this row is plain BM25"
+                lines.append(f"{name}: {described(self.checkpoint)}{plain if m.get('plain_bm25') else ''}")
+        return "\n".join(lines)
 
     def summary(self) -> dict:
         """The asked-for method's metrics, the companions' p50 and main metric beside them, and
@@ -253,6 +259,11 @@ def run_method(method: Method, config: EvalConfig, dataset, split, k: int, check
     if isinstance(searcher, AugmentedSearcher):
         extra = {"aug_terms_mean": mean_added_terms(searcher.bm25, texts, terms),
                  "query_terms_mean": float(np.mean([len(v) for v in terms])) if terms else 0.0}
+        if plain_bm25(searcher.bm25, texts, terms):  # labelled so in the table, and said here
+            extra["plain_bm25"] = True
+            log.warning("%s: %s gave every query its own terms (as plain BM25 counts them, up to one factor): the row "
+                        "ranks as bm25-%s does, the model changed nothing", method.name, described(checkpoint),
+                        searcher.bm25.meta.flavor)
         if searcher.bm25.meta.flavor == "multifield" and not dataset.is_qa:  # it reads one field; flat measures it
             log.info("%s is multifield: the added terms' precision is measured on the flat index", index)
         elif cluster and not dataset.is_qa:

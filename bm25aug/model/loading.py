@@ -15,16 +15,8 @@ from bm25aug.model.config import CONFIG_NAME, AugmenterConfig
 
 def load_model(path: str | Path):
     """The model in ``path``: a ``QueryAugmenter`` or a ``StaticQueryModel``, in eval mode."""
-    from bm25aug.model import packaged
-
     path = Path(path)
-    if is_reweighter(path):
-        raise UserError(f"{path} is a reweighter (static vectors and a head fitted to a contextual model), not a "
-                        f"torch model: nothing in it trains; fix: search with it (load_encoder), or refit it: "
-                        f"python -m bm25aug.train.reweighter --help")
-    if packaged.is_packaged(path):
-        raise UserError(f"{path.name} is a packaged model: it ships only its int8 ONNX query encoder, which searches "
-                        f"but cannot be trained or loaded in torch; fix: use its full model, {packaged.full_model(path)}")
+    check_torch_model(path)
     if not (path / CONFIG_NAME).exists():
         raise UserError(f"{path} is not a bm25aug checkpoint (no {CONFIG_NAME}); fix: pass the directory written "
                         f"by `python train.py` (e.g. checkpoints/<dataset>/best)")
@@ -35,6 +27,20 @@ def load_model(path: str | Path):
     from bm25aug.model.augmenter import QueryAugmenter
 
     return QueryAugmenter.from_pretrained(path)
+
+
+def check_torch_model(path: Path) -> None:
+    """Refuse a folder that holds no torch model to load or train (a packaged model, a reweighter)
+    before its weights are read: ``load_model`` and ``adapt``'s preflight (``--init-from``) check here."""
+    from bm25aug.model import packaged
+
+    if packaged.is_packaged(path):
+        raise UserError(f"{path.name} is a packaged model: it ships only its int8 ONNX query encoder, which searches "
+                        f"but cannot be trained or loaded in torch; fix: use its full model, {packaged.full_model(path)}")
+    if is_reweighter(path):
+        raise UserError(f"{path} is a reweighter (static vectors and a head fitted to a contextual model), not a "
+                        f"torch model: nothing in it trains; fix: search with it (load_encoder), or refit it: "
+                        f"python -m bm25aug.train.reweighter --help")
 
 
 def is_reweighter(folder: str | Path) -> bool:

@@ -28,7 +28,7 @@ from bm25aug.limits import RUNTIMES, check_choice
 from bm25aug.model.encoder import QueryEncoder
 from bm25aug.model.augmenter import CONFIG_NAME, WEIGHTS_NAME, AugmenterConfig, QueryAugmenter
 from bm25aug.model.loading import is_reweighter, is_static, load_model
-from bm25aug.model.packaged import ONNX_FILE, check_packaged, is_packaged, resolve
+from bm25aug.model.packaged import ONNX_FILE, TOKENIZER_FILE, check_packaged, damaged, is_packaged, resolve
 
 log = logging.getLogger(__name__)
 ONNX_DIR = "onnx"
@@ -129,13 +129,18 @@ class OnnxQueryEncoder(QueryEncoder):
     @classmethod
     def packaged(cls, folder: Path, runtime: str) -> "OnnxQueryEncoder":
         """A packaged model's encoder (``bm25aug.model.packaged``): its ONNX file, settings and
-        tokenizer, with no torch model to read them from."""
+        tokenizer, with no torch model to read them from. Each file is checked against
+        ``package.json`` before it is read; a file that passes and still does not load (one
+        changed with its digest) is the same one-line error."""
         from transformers import AutoTokenizer
 
         from bm25aug.model.targets import make_target
 
-        config, tokenizer = AugmenterConfig.load(folder), AutoTokenizer.from_pretrained(folder, use_fast=True)
-        return cls(check_packaged(folder, runtime), config, tokenizer, make_target(tokenizer, config), folder)
+        onnx = check_packaged(folder, runtime)
+        config = _built(folder, CONFIG_NAME, lambda: AugmenterConfig.load(folder))
+        tokenizer = _built(folder, TOKENIZER_FILE, lambda: AutoTokenizer.from_pretrained(folder, use_fast=True))
+        target = _built(folder, TOKENIZER_FILE, lambda: make_target(tokenizer, config))
+        return _built(folder, ONNX_FILE, lambda: cls(onnx, config, tokenizer, target, folder))  # its session
 
     def encode_batch(self, texts: list[str], feedback: list[str] | None = None) -> list[dict[str, float]]:
         if not texts:
@@ -143,6 +148,15 @@ class OnnxQueryEncoder(QueryEncoder):
         batch = self.target.batch(texts, feedback)
         w, a = self.session.run(None, {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask})
         return self.target.term_lists(batch, w, a)
+
+
+def _built(folder: Path, file: str, make):
+    """``make()``, whose failure is the one-line error of a damaged packaged model naming ``file``."""
+    try:
+        return make()
+    except Exception as e:  # whatever the tokenizer or ONNX Runtime raises on a file they cannot read
+        why = str(e).split("; fix:")[0].strip().splitlines()
+        raise damaged(folder, file, f"{type(e).__name__}: {why[0][:160] if why else 'no message'}") from None
 
 
 def onnx_path(checkpoint: Path, model: QueryAugmenter, source: str | None = None) -> Path:
@@ -167,12 +181,12 @@ def load_encoder(checkpoint: str | Path, runtime: str = "onnx-int8"):
     Anything with ``encode``, ``tokenizer`` and ``config``."""
     check_choice("query encoder runtime", runtime, RUNTIMES)
     checkpoint = resolve(checkpoint)  # a folder, or a packaged model's name ("general")
+    if is_packaged(checkpoint):  # first: its files are checked before any is read
+        return OnnxQueryEncoder.packaged(checkpoint, runtime)
     if is_reweighter(checkpoint):  # no encoder: numpy lookups and a tiny head, every runtime the same
         from bm25aug.model.reweighter import Reweighter
 
         return Reweighter.from_folder(checkpoint)
-    if is_packaged(checkpoint):
-        return OnnxQueryEncoder.packaged(checkpoint, runtime)
     model, source = _read(checkpoint)
     if is_static(model):
         return model  # a table lookup: nothing to export or quantize, every runtime is the same

@@ -4,70 +4,181 @@ A packaged model is a runtime-only folder under ``bm25aug/models/NAME/``: what s
 nothing else, so that it is small enough for the repository and the wheel. Its int8 ONNX query
 encoder (``model.int8.onnx``), the model's settings (``bm25aug_config.json``), the tokenizer's
 files, its card (``README.md``: what it was trained on, each set's license, what it scored) and
-``package.json`` (the run it was cut from, the recorded command that rebuilds it, and the ONNX
-file's digest, checked when it loads). It has no torch weights, so it serves (``onnx-int8``) but
-cannot be trained from; its run folder, made by that command, can.
+``package.json`` (the run it was cut from, the recorded command that rebuilds it, and the size and
+digest of every file the runtime reads, checked when it loads: ``check_files``). It has no torch
+weights, so it serves (``onnx-int8``) but cannot be trained from; its run folder, made by that
+command (``bm25aug.model.package_build``), can.
 
-A name is looked up only where no folder of that name exists, as Pyserini looks up a prebuilt
-index by name: ``checkpoints/general`` or ``./general`` on disk wins over the packaged model.
+The bare name of a packaged model (the string ``"general"``) means that model, as a Hugging Face
+id or a Pyserini prebuilt index's name does; a folder of that name is used only when written as a
+path (``./general``, ``general/``, an absolute path, a ``Path``). When such a path exists in the
+working directory, a warning names it. ``$BM25AUG_CHECKPOINT_ROOT`` is not searched for names.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
+import os
+import stat
 from pathlib import Path
 
 from bm25aug.errors import UserError
+from bm25aug.model.config import CONFIG_NAME
 
+log = logging.getLogger(__name__)
 PACKAGED_ROOT = Path(__file__).resolve().parents[1] / "models"
 ONNX_FILE = "model.int8.onnx"  # the int8 query encoder, packaged or exported (bm25aug.model.onnx_encoder)
 PACKAGE_FILE = "package.json"
+TOKENIZER_FILE = "tokenizer.json"
 RUNTIME = "onnx-int8"  # the only runtime a packaged model ships
+# Files package.json must list: without any of them the model does not load, or loads as another.
+REQUIRED = (ONNX_FILE, CONFIG_NAME, TOKENIZER_FILE)
+RECORD_LIMIT = 1 << 20  # bytes of package.json read at most (it is under 2 KB)
+CHUNK = 1 << 22  # bytes a read while a file's digest is computed
+# How each packaged model is made: the recipe trained (its datasets are the training data, every
+# one under a license in SHIPPABLE) and the run folder it is cut from (bm25aug.model.package_build).
+BUILDS = {"general": {"recipe": "general-open", "run": "runs/general-open"}}
+# Licenses under which a model trained on the data may ship inside an Apache-2.0 package. CC BY
+# asks for attribution, which the card gives; non-commercial, academic-only and share-alike terms
+# are left out (share-alike on a model's weights is in doubt).
+SHIPPABLE = ("CC BY 4.0",)
+_named: set[tuple[str, str]] = set()  # (name, working directory) whose shadowing path was named already
 
 
 def names() -> list[str]:
     """The models this package ships."""
-    return sorted(p.name for p in PACKAGED_ROOT.glob("*") if (p / PACKAGE_FILE).is_file())
+    return sorted(set(BUILDS) | {p.name for p in PACKAGED_ROOT.glob("*") if (p / PACKAGE_FILE).is_file()})
 
 
 def resolve(name_or_path: str | Path) -> Path:
-    """A model folder given as a path, or as the name of a packaged model (where no such path exists)."""
-    path = Path(name_or_path)
-    if path.exists() or str(name_or_path) not in names():
-        return path
-    return PACKAGED_ROOT / str(name_or_path)
+    """The model folder an argument names: the packaged model for its bare name (a ``str``: "general"),
+    else the path as given. A path of that bare name in the working directory is not used; a
+    warning (once a process) names it and how to pass it."""
+    if not (isinstance(name_or_path, str) and name_or_path in names()):
+        return Path(name_or_path)
+    if os.path.lexists(name_or_path) and (name_or_path, os.getcwd()) not in _named:
+        _named.add((name_or_path, os.getcwd()))
+        log.warning("%s: using the packaged model (%s); ./%s exists and is not used; fix: pass ./%s to use that "
+                    "%s", name_or_path, PACKAGED_ROOT / name_or_path, name_or_path, name_or_path,
+                    "folder" if os.path.isdir(name_or_path) else "path")
+    return PACKAGED_ROOT / name_or_path
 
 
 def is_packaged(folder: Path) -> bool:
-    """Whether ``folder`` is a runtime-only packaged model (an ONNX encoder and no torch weights)."""
-    return (folder / PACKAGE_FILE).is_file()
+    """Whether ``folder`` is a runtime-only packaged model (an ONNX encoder and no torch weights):
+    it holds ``package.json`` (as anything: ``check_files`` says what is wrong with it), or it is
+    one of the package's own folders (whole or not)."""
+    folder = Path(folder)
+    return os.path.lexists(folder / PACKAGE_FILE) or folder.resolve().parent == PACKAGED_ROOT
 
 
 def check_packaged(folder: Path, runtime: str) -> Path:
-    """The ONNX file of a packaged model, once its checksum matches ``package.json`` and the
-    runtime asked for is the one it ships."""
-    from bm25aug.io import digest
-
+    """The ONNX file of a packaged model, once the runtime asked for is the one it ships and every
+    file it reads is the one it shipped (``check_files``)."""
     if runtime != RUNTIME:
         raise UserError(f"{folder.name} is a packaged model that ships only its {RUNTIME} query encoder, not "
                         f"{runtime}; fix: drop --runtime (or pass {RUNTIME}), or use its full model, {full_model(folder)}")
-    try:
-        record = json.loads((folder / PACKAGE_FILE).read_text(encoding="utf-8"))
-        expected = record["onnx_digest"]
-        actual = digest(folder / ONNX_FILE)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise UserError(f"the packaged model {folder} is incomplete ({type(e).__name__}: {str(e)[:120]}); "
-                        f"{_restore(folder)}") from None
-    if actual != expected:
-        raise UserError(f"the packaged model's {ONNX_FILE} in {folder} is not the file it shipped (checksum "
-                        f"differs); {_restore(folder)}")
+    check_files(folder)
     return folder / ONNX_FILE
 
 
-def _restore(folder: Path) -> str:
-    """The fix for a damaged packaged model."""
-    return (f"fix: restore the folder from the release or checkout it came with (git checkout -- {folder}), or "
-            f"rebuild it: python -m bm25aug.model.packaged {folder.name}")
+def check_files(folder: Path) -> dict:
+    """``package.json`` of a packaged model, once every file it lists (``files``: each one's
+    ``bytes`` and ``blake2b``) is a regular file of that size and digest. Nothing is read past a
+    file's recorded size, so that a link to a device or a FIFO cannot hang the check."""
+    record = _record(folder)
+    for name, expected in record["files"].items():
+        try:
+            data_digest = _digest(folder / name, expected["bytes"])
+        except OSError as e:
+            raise damaged(folder, name, "missing" if isinstance(e, FileNotFoundError) else e.strerror or str(e))
+        if data_digest != expected["blake2b"]:
+            raise damaged(folder, name, "not the file it shipped: its checksum differs")
+    return record
+
+
+def damaged(folder: Path, file: str, why: str) -> UserError:
+    """The one-line error of a packaged model whose ``file`` is missing or damaged."""
+    return UserError(f"the packaged model {folder.name} in {folder} is incomplete or damaged ({file}: {why}); fix: "
+                     f"restore the folder from the release or checkout it came with (git checkout -- {folder}), or "
+                     f"reinstall bm25aug")
+
+
+def _record(folder: Path) -> dict:
+    """``package.json``, checked to list ``REQUIRED`` among its files, each with a size and a digest."""
+    try:
+        record = json.loads(_read(folder / PACKAGE_FILE, RECORD_LIMIT).decode("utf-8"))
+    except FileNotFoundError:
+        raise damaged(folder, PACKAGE_FILE, "missing") from None
+    except OSError as e:
+        raise damaged(folder, PACKAGE_FILE, e.strerror or str(e)) from None
+    except ValueError as e:  # not JSON, not UTF-8
+        raise damaged(folder, PACKAGE_FILE, f"{type(e).__name__}: {str(e)[:120]}") from None
+    if problem := _record_problem(record):
+        raise damaged(folder, PACKAGE_FILE, problem)
+    return record
+
+
+def _record_problem(record) -> str | None:
+    """What makes a parsed ``package.json`` unusable, if anything."""
+    files = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(files, dict):
+        return "it lists no files with their digests"
+    for name, entry in files.items():
+        if name != Path(name).name or name in ("", ".", ".."):
+            return f"{name!r} is not a file name"
+        if not (isinstance(entry, dict) and isinstance(entry.get("bytes"), int)
+                and isinstance(entry.get("blake2b"), str)):
+            return f"the entry of {name} has no bytes and blake2b"
+    if missing := [name for name in REQUIRED if name not in files]:
+        return f"it lists no {', '.join(missing)}"
+    return None
+
+
+def _open_regular(path: Path):
+    """``path`` opened for reading, once it is a regular file (a link is followed); a folder, a
+    device, a FIFO or a socket is an ``OSError`` (the open never waits: ``O_NONBLOCK``)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
+                "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket")
+        raise OSError(0, f"{kind}, not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def _read(path: Path, limit: int) -> bytes:
+    """A regular file's bytes, refused beyond ``limit``."""
+    with _open_regular(path) as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(0, f"over {limit} bytes")
+    return data
+
+
+def _digest(path: Path, size: int) -> str:
+    """blake2b (16 bytes, as ``bm25aug.io.digest``) of a regular file that holds ``size`` bytes;
+    at most ``size`` + 1 bytes are read."""
+    h, seen = hashlib.blake2b(digest_size=16), 0
+    with _open_regular(path) as f:
+        if (actual := os.fstat(f.fileno()).st_size) != size:
+            raise OSError(0, f"{actual} bytes, not the {size} it shipped")
+        while seen <= size and (chunk := f.read(min(CHUNK, size + 1 - seen))):
+            h.update(chunk)
+            seen += len(chunk)
+    if seen != size:
+        raise OSError(0, f"{seen} bytes read, not the {size} it shipped (it changed while read)")
+    return h.hexdigest()
+
+
+def file_record(path: Path) -> dict:
+    """A file's entry in ``package.json``'s ``files``: its size and digest."""
+    from bm25aug.io import digest
+
+    return {"bytes": path.stat().st_size, "blake2b": digest(path)}
 
 
 def full_model(folder: Path) -> str:
@@ -76,123 +187,14 @@ def full_model(folder: Path) -> str:
     return f"{run}/best (made by `python -m bm25aug.model.packaged {folder.name}`)"
 
 
-# How each packaged model is made: the recipe trained (its datasets are the training data, every
-# one under a license in SHIPPABLE) and the run folder it is cut from.
-BUILDS = {"general": {"recipe": "general-open", "run": "runs/general-open"}}
-# Licenses under which a model trained on the data may ship inside an Apache-2.0 package. CC BY
-# asks for attribution, which the card gives; non-commercial, academic-only and share-alike terms
-# are left out (share-alike on a model's weights is in doubt).
-SHIPPABLE = ("CC BY 4.0",)
-
-
 def build(name: str) -> Path:
-    """Make the packaged model ``name``: train its recipe (skipped when the run's best/ exists),
-    export best/ to int8 ONNX, and write ``bm25aug/models/NAME`` (one rename; the old one stays
-    until the new one is whole)."""
-    import subprocess
-    import sys
+    """Make the packaged model ``name`` (``bm25aug.model.package_build.build``)."""
+    from bm25aug.model.package_build import build as build_package
 
-    from bm25aug import recipes
-    from bm25aug.data.registry import REGISTRY
-    from bm25aug.io import atomic_dir, digest, write_json
-    from bm25aug.model.config import CONFIG_NAME
-
-    spec = BUILDS.get(name)
-    if spec is None:
-        raise UserError(f"no packaged model is called {name!r}; fix: use one of {', '.join(BUILDS)}")
-    datasets = recipes.datasets(spec["recipe"])
-    licenses = {d: REGISTRY[d].license for d in datasets}
-    if bad := [f"{d} ({lic or 'unknown'})" for d, lic in licenses.items() if lic not in SHIPPABLE]:
-        raise UserError(f"recipe {spec['recipe']} trains on {', '.join(bad)}, whose license does not let its model "
-                        f"ship in this package; fix: train on sets under {', '.join(SHIPPABLE)}")
-    root = Path(__file__).resolve().parents[2]
-    run = root / spec["run"]
-    if not (run / "best" / CONFIG_NAME).exists():
-        subprocess.run([sys.executable, str(root / "train.py"), "--recipe", spec["recipe"], "--output-dir", str(run),
-                        "--resume"], check=True, cwd=root)
-    from bm25aug.model.loading import load_model
-    from bm25aug.model.onnx_encoder import export_source, onnx_path
-
-    best = run / "best"
-    source, made = export_source(best), PACKAGED_ROOT / name / PACKAGE_FILE
-    if made.is_file() and json.loads(made.read_text()).get("source") == source:
-        return PACKAGED_ROOT / name  # cut from this very model already: the binary in the history stays as it is
-    onnx = onnx_path(best, load_model(best), source)
-    with atomic_dir(PACKAGED_ROOT / name, PACKAGE_FILE, what="a packaged bm25aug model") as tmp:
-        for file in best.iterdir():
-            if file.is_file() and (file.name == CONFIG_NAME or file.name.startswith(("tokenizer", "special_tokens",
-                                                                                      "vocab"))):
-                (tmp / file.name).write_bytes(file.read_bytes())
-        (tmp / ONNX_FILE).write_bytes(onnx.read_bytes())
-        record = {"name": name, "recipe": spec["recipe"], "training_sets": licenses, "run": spec["run"],
-                  "dev": _dev_record(run), "source": source, "onnx_digest": digest(tmp / ONNX_FILE),
-                  "bytes": sum(f.stat().st_size for f in tmp.iterdir()),
-                  "command": f"python -m bm25aug.model.packaged {name}"}
-        write_json(tmp / PACKAGE_FILE, record)
-        (tmp / "README.md").write_text(_card(record), encoding="utf-8")
-    return PACKAGED_ROOT / name
-
-
-def _dev_record(run: Path) -> dict:
-    """The run's model selection: the best epoch's dev metric (``log.jsonl``)."""
-    rows = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if line.strip()]
-    scored = [r for r in rows if "dev_metric" in r]
-    best = max(scored, key=lambda r: r["dev_metric"]) if scored else {}
-    return {k: best[k] for k in ("epoch", "dev_metric", "dev_metric_name") if k in best}
-
-
-def _left_out() -> str:
-    from bm25aug.data.registry import REGISTRY
-
-    return ", ".join(f"{d} ({spec.license})" for d, spec in REGISTRY.items() if spec.license and
-                     spec.license not in SHIPPABLE)
-
-
-def _card(record: dict) -> str:
-    sets = "\n".join(f"| {d} | {lic} |" for d, lic in record["training_sets"].items())
-    return f"""# bm25aug packaged model: `{record['name']}`
-
-The contextual query model of the `{record['recipe']}` recipe (`bm25aug/recipes/{record['recipe']}.yaml`), as its
-int8 ONNX query encoder ({record['bytes'] / 1e6:.1f} MB with its tokenizer). It rewrites a query into weighted
-terms for a flat index (Lucene's English analyzer, as Pyserini's stock BEIR and MS MARCO indexes):
-
-```python
-from bm25aug import AugmentedSearcher
-searcher = AugmentedSearcher.from_pretrained("{record['name']}", "path/to/any.flat.index")
-```
-
-## Training data
-
-| training set | license |
-|---|---|
-{sets}
-
-Only sets under {', '.join(SHIPPABLE)} (`bm25aug.model.packaged.SHIPPABLE`) are trained on, so that
-the model may ship inside this Apache-2.0 package; of the shared sets, {_left_out()} are left out.
-Attribution: SQuADShifts (Miller et al., ICML 2020) and MedQuAD (Ben Abacha and Demner-Fushman, BMC
-Bioinformatics 2019).
-
-## Made by
-
-`{record['command']}` (trains the recipe into `{record['run']}` unless its best/ exists, then
-exports it). Model selection on the run's dev queries: {json.dumps(record['dev'])}. What it scores
-on corpora left out of its training is in docs/results.md (the packaged model).
-"""
+    return build_package(name)
 
 
 if __name__ == "__main__":
-    import argparse
-    import subprocess
-    import sys
+    from bm25aug.model.package_build import main
 
-    parser = argparse.ArgumentParser(prog="python -m bm25aug.model.packaged", description=build.__doc__)
-    parser.add_argument("name", choices=sorted(BUILDS))
-    try:
-        print(f"wrote {build(parser.parse_args().name)}")
-    except subprocess.CalledProcessError as e:
-        print(f"error: training the recipe failed (exit {e.returncode}, its error above); fix: resolve it, then "
-              f"rerun (training resumes)", file=sys.stderr)
-        sys.exit(2)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    main()

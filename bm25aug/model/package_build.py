@@ -1,0 +1,135 @@
+"""How a packaged model (``bm25aug.model.packaged``) is made: ``python -m bm25aug.model.packaged NAME``
+trains its recipe (skipped when the run's best/ exists), exports best/ to int8 ONNX, and writes
+``bm25aug/models/NAME`` with ``package.json`` (the size and digest of every file the runtime
+reads) and its card. The runtime never imports this module."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bm25aug.errors import UserError
+from bm25aug.model.packaged import BUILDS, ONNX_FILE, PACKAGE_FILE, PACKAGED_ROOT, SHIPPABLE, file_record
+
+# What is copied from best/ beside the ONNX file: the model's settings and the tokenizer's files.
+TOKENIZER_PREFIXES = ("tokenizer", "special_tokens", "vocab")
+
+
+def build(name: str) -> Path:
+    """Make the packaged model ``name``: train its recipe (skipped when the run's best/ exists),
+    export best/ to int8 ONNX, and write ``bm25aug/models/NAME`` (one rename; the old one stays
+    until the new one is whole)."""
+    import subprocess
+    import sys
+
+    from bm25aug import recipes
+    from bm25aug.data.registry import REGISTRY
+    from bm25aug.model.config import CONFIG_NAME
+
+    spec = BUILDS.get(name)
+    if spec is None:
+        raise UserError(f"no packaged model is called {name!r}; fix: use one of {', '.join(BUILDS)}")
+    datasets = recipes.datasets(spec["recipe"])
+    licenses = {d: REGISTRY[d].license for d in datasets}
+    if bad := [f"{d} ({lic or 'unknown'})" for d, lic in licenses.items() if lic not in SHIPPABLE]:
+        raise UserError(f"recipe {spec['recipe']} trains on {', '.join(bad)}, whose license does not let its model "
+                        f"ship in this package; fix: train on sets under {', '.join(SHIPPABLE)}")
+    root = Path(__file__).resolve().parents[2]
+    run = root / spec["run"]
+    if not (run / "best" / CONFIG_NAME).exists():
+        subprocess.run([sys.executable, str(root / "train.py"), "--recipe", spec["recipe"], "--output-dir", str(run),
+                        "--resume"], check=True, cwd=root)
+    return _write(name, spec, licenses, run)
+
+
+def _write(name: str, spec: dict, licenses: dict, run: Path) -> Path:
+    """``bm25aug/models/NAME`` from the run's best/ (left as it is when cut from this very model)."""
+    from bm25aug.io import atomic_dir, write_json
+    from bm25aug.model.config import CONFIG_NAME
+    from bm25aug.model.loading import load_model
+    from bm25aug.model.onnx_encoder import export_source, onnx_path
+
+    best = run / "best"
+    source, made = export_source(best), PACKAGED_ROOT / name / PACKAGE_FILE
+    if made.is_file() and json.loads(made.read_text()).get("source") == source:
+        return PACKAGED_ROOT / name  # cut from this very model already: the binary in the history stays as it is
+    onnx = onnx_path(best, load_model(best), source)
+    with atomic_dir(PACKAGED_ROOT / name, PACKAGE_FILE, what="a packaged bm25aug model") as tmp:
+        for file in best.iterdir():
+            if file.is_file() and (file.name == CONFIG_NAME or file.name.startswith(TOKENIZER_PREFIXES)):
+                (tmp / file.name).write_bytes(file.read_bytes())
+        (tmp / ONNX_FILE).write_bytes(onnx.read_bytes())
+        files = {f.name: file_record(f) for f in sorted(tmp.iterdir())}  # what the runtime reads, checked at load
+        record = {"name": name, "recipe": spec["recipe"], "training_sets": licenses, "run": spec["run"],
+                  "dev": _dev_record(run), "source": source, "onnx_digest": files[ONNX_FILE]["blake2b"],
+                  "files": files, "bytes": sum(f["bytes"] for f in files.values()),
+                  "command": f"python -m bm25aug.model.packaged {name}"}
+        write_json(tmp / PACKAGE_FILE, record)
+        (tmp / "README.md").write_text(_card(record), encoding="utf-8")
+    return PACKAGED_ROOT / name
+
+
+def _dev_record(run: Path) -> dict:
+    """The run's model selection: the best epoch's dev metric (``log.jsonl``)."""
+    rows = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if line.strip()]
+    scored = [r for r in rows if "dev_metric" in r]
+    best = max(scored, key=lambda r: r["dev_metric"]) if scored else {}
+    return {k: best[k] for k in ("epoch", "dev_metric", "dev_metric_name") if k in best}
+
+
+def _left_out() -> str:
+    from bm25aug.data.registry import REGISTRY
+
+    return ", ".join(f"{d} ({spec.license})" for d, spec in REGISTRY.items() if spec.license and
+                     spec.license not in SHIPPABLE)
+
+
+def _card(record: dict) -> str:
+    sets = "\n".join(f"| {d} | {lic} |" for d, lic in record["training_sets"].items())
+    return f"""# bm25aug packaged model: `{record['name']}`
+
+The contextual query model of the `{record['recipe']}` recipe (`bm25aug/recipes/{record['recipe']}.yaml`), as its
+int8 ONNX query encoder ({record['bytes'] / 1e6:.1f} MB with its tokenizer). It rewrites a query into weighted
+terms for a flat index (Lucene's English analyzer, as Pyserini's stock BEIR and MS MARCO indexes):
+
+```python
+from bm25aug import AugmentedSearcher
+searcher = AugmentedSearcher.from_pretrained("{record['name']}", "path/to/any.flat.index")
+```
+
+## Training data
+
+| training set | license |
+|---|---|
+{sets}
+
+Only sets under {', '.join(SHIPPABLE)} (`bm25aug.model.packaged.SHIPPABLE`) are trained on, so that
+the model may ship inside this Apache-2.0 package; of the shared sets, {_left_out()} are left out.
+Attribution: SQuADShifts (Miller et al., ICML 2020) and MedQuAD (Ben Abacha and Demner-Fushman, BMC
+Bioinformatics 2019).
+
+## Made by
+
+`{record['command']}` (trains the recipe into `{record['run']}` unless its best/ exists, then
+exports it). Model selection on the run's dev queries: {json.dumps(record['dev'])}. What it scores
+on corpora left out of its training is in docs/results.md (the packaged model).
+"""
+
+
+def main() -> None:
+    """``python -m bm25aug.model.packaged NAME``."""
+    import argparse
+    import subprocess
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m bm25aug.model.packaged", description=build.__doc__)
+    parser.add_argument("name", choices=sorted(BUILDS))
+    try:
+        print(f"wrote {build(parser.parse_args().name)}")
+    except subprocess.CalledProcessError as e:
+        print(f"error: training the recipe failed (exit {e.returncode}, its error above); fix: resolve it, then "
+              f"rerun (training resumes)", file=sys.stderr)
+        sys.exit(2)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
