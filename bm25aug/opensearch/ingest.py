@@ -2,19 +2,27 @@
 as ``bm25aug.opensearch.schema`` says, streamed in bulk, resumable.
 
 * A new index gets ``--shards`` shards (2) with ``--replicas`` copies each (1), refreshes off.
-* Documents go in ``BULK_DOCS`` at a time, by id, so that sending one twice replaces it: after an
-  interruption (a Ctrl-C, a crash, a node gone), running the same command again resumes from the
-  last batch the record says was acknowledged (``_meta.bm25aug.next``, saved after each batch).
-  Nothing is lost, and nothing counts twice.
-* At the end the index is merged to one segment per shard, which also drops the deleted copies
-  of documents sent twice (Lucene would otherwise count them in a term's document frequency and
-  change scores), refreshed, counted, and marked complete.
+* Documents go in ``BULK_DOCS`` at a time as ``create`` operations, by id: a document the index
+  holds already is refused (409, ``version_conflict_engine_exception``) and counted as written, so
+  no document is ever written twice. After each acknowledged batch the record says how far the
+  ingest got (``_meta.bm25aug.next``). Killed at any point (before a batch, mid-bulk, between a
+  batch's acknowledgement and its record, in the final steps), the same command resumes from the
+  record: the batch it sends again writes only what is missing. Nothing is lost, nothing counts
+  twice, and the index's statistics are a clean ingest's.
+* At the end the index is merged to one segment per shard, refreshed, and its deleted documents
+  counted: any (an index a former bm25aug filled with ``index`` operations, whose resent documents
+  left deleted copies that Lucene counts in a term's document frequency) are merged away
+  (``_expunge``). Then counted, and marked complete.
 * An index that exists is refused unless it is this corpus's unfinished ingest (resumed) or
-  ``--force`` (deleted and made again).
+  ``--force`` (a warning says what it held; deleted and made again; also the fix for a damaged
+  record). The index is missing only when OpenSearch says so (a 404 of type
+  ``index_not_found_exception``): any other answer (a proxy's empty 404) is an error and nothing is
+  deleted. An alias is refused, with or without ``--force``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 
@@ -24,13 +32,21 @@ from bm25aug.lucene.index import corpus_fingerprint
 from bm25aug.lucene.reader import B, FIELD, K1
 from bm25aug.opensearch.client import Client, ClusterError, ClusterURL
 from bm25aug.opensearch.schema import (COMPLETE, ID_FIELD, INGESTING, REPLICAS, SHARDS, index_body, is_blank,
-                                      record_of)
+                                      raise_damaged, record_of)
 from bm25aug.progress import progress
 
 log = logging.getLogger(__name__)
 BULK_DOCS = 1000  # documents a bulk request (a few MB of JSON for BEIR's passages)
 RETRIES = 5  # a bulk the cluster pushes back on (429) or loses a node during, sent again
 MERGE_TIMEOUT_S = 3600.0
+# Deleted documents are merged away once the shards' retention leases (renewed about every 30 s)
+# no longer keep them: tried every EXPUNGE_STEP_S seconds for up to EXPUNGE_WAIT_S.
+EXPUNGE_WAIT_S, EXPUNGE_STEP_S = 120.0, 5.0
+MISSING = "index_not_found_exception"  # OpenSearch's 404 for an index that does not exist
+EXISTS = "resource_already_exists_exception"  # its 400 for creating one that does
+WRITTEN = "version_conflict_engine_exception"  # a create's 409: the document is there already
+PUSHBACK = (429, 503)  # statuses of a bulk (or of one of its operations) that is sent again
+SAME = ("fingerprint", "k1", "b", "shards", "replicas")  # what a resumed ingest must share with the record
 
 
 def ingest(dataset: Dataset, url: str, shards: int = SHARDS, replicas: int = REPLICAS, k1: float = K1, b: float = B,
@@ -43,47 +59,121 @@ def ingest(dataset: Dataset, url: str, shards: int = SHARDS, replicas: int = REP
     client = Client(target)
     record = {"dataset": dataset.name, "fingerprint": corpus_fingerprint(dataset), "k1": k1, "b": b,
               "shards": shards, "replicas": replicas, "state": INGESTING, "next": 0, "docs": 0}
-    record = _open(client, target.index, record, force)
+    record = _open(client, target.index, record, force, len(dataset.corpus))
     _wait_active(client, target.index, replicas)
-    corpus = dataset.corpus
-    start = record["next"]
-    if start:
-        log.info("resuming the ingest of %s into %s at document %d of %d", dataset.name, target.index, start, len(corpus))
-    sent = record["docs"]
-    with progress(total=len(corpus), initial=start, desc=f"ingest {dataset.name}", unit="doc") as bar:
-        at = 0
-        for batch in corpus.batches(bulk_docs):
-            if at >= start:
-                lines = []
-                for docid, doc in batch:
-                    if not is_blank(contents := doc.contents):
-                        lines += [{"index": {"_id": docid}}, {FIELD: contents, ID_FIELD: docid}]
-                _bulk(client, target.index, lines)
-                sent += len(lines) // 2
-                record.update(next=at + len(batch), docs=sent)
-                _save(client, target.index, record)
-                bar.update(len(batch))
-            at += len(batch)
+    _fill(client, target.index, dataset, record, bulk_docs)
     return _finish(client, target.index, record)
 
 
-def _open(client: Client, index: str, record: dict, force: bool) -> dict:
+def _fill(client: Client, index: str, dataset: Dataset, record: dict, bulk_docs: int) -> None:
+    """Send the corpus from the record's ``next`` on, saving the record after each batch."""
+    corpus, start = dataset.corpus, record["next"]
+    if start:
+        log.info("resuming the ingest of %s into %s at document %d of %d", dataset.name, index, start, len(corpus))
+    there = 0
+    with progress(total=len(corpus), initial=start, desc=f"ingest {dataset.name}", unit="doc") as bar:
+        at = 0
+        for batch in corpus.batches(bulk_docs):
+            if at + len(batch) > start:  # (a batch of another size than the killed run's may straddle next)
+                part = batch[max(0, start - at):]
+                docs = [(docid, contents) for docid, doc in part if not is_blank(contents := doc.contents)]
+                there += _bulk(client, index, docs)
+                record.update(next=at + len(batch), docs=record["docs"] + len(docs))
+                _save(client, index, record)
+                bar.update(len(part))
+            at += len(batch)
+    if there:
+        log.info("%s: %d documents sent again after an interruption were there already; kept, not written twice",
+                 index, there)
+
+
+def _open(client: Client, index: str, record: dict, force: bool, size: int) -> dict:
     """The record to ingest under: a new index's, or the unfinished one's to resume."""
-    found = client.request("GET", f"/{index}/_mapping", ok=(404,))
-    if "error" not in found:
-        old = record_of(found, index)
-        same = {k: old.get(k) for k in ("fingerprint", "k1", "b", "shards", "replicas")} == \
-               {k: record[k] for k in ("fingerprint", "k1", "b", "shards", "replicas")}
+    found = _mapping(client, index)
+    if found is not None:
+        where = f"index {index} on the cluster"
+        try:
+            old = record_of(found, index, where)
+        except UserError:
+            if not force:
+                raise
+            old = None  # damaged: replaced, as its error's fix says
         if not force:
-            if old.get("state") == INGESTING and same:
-                return {**record, "next": int(old.get("next", 0)), "docs": int(old.get("docs", 0))}
+            if old.get("state") == INGESTING and {k: old.get(k) for k in SAME} == {k: record[k] for k in SAME}:
+                return _resumed(old, record, where, size)
             what = (f"holds {old.get('dataset')}'s corpus ({old.get('state')})" if old else "is not one bm25aug made")
             raise UserError(f"index {index} exists on the cluster and {what}; fix: pass --force to replace it, or "
                             f"name another index in the URL")
-        client.request("DELETE", f"/{index}")
-    client.request("PUT", f"/{index}", index_body(record["shards"], record["replicas"], record["k1"], record["b"],
-                                                  record))
+        log.warning("--force: deleting index %s (%s) to make it again", index, _held(client, index, old))
+        client.request("DELETE", f"/{index}", ok=(404,))  # (404: a try the client sent again had deleted it)
+    _create(client, index, record)
     return record
+
+
+def _create(client: Client, index: str, record: dict) -> None:
+    """A new index with ``record``. Already there with that very record: an earlier try of this
+    request made it (a node that took it and did not answer, and the client asked another)."""
+    try:
+        client.request("PUT", f"/{index}", index_body(record["shards"], record["replicas"], record["k1"],
+                                                      record["b"], record))
+    except ClusterError as e:
+        if e.kind != EXISTS:
+            raise
+        found = _mapping(client, index)
+        if found is None or record_of(found, index, f"index {index} on the cluster") != record:
+            raise UserError(f"index {index} was made on the cluster by someone else while this ingest made it; fix: "
+                            f"run the same command again (it refuses or resumes what is there)") from None
+
+
+def _resumed(old: dict, record: dict, where: str, size: int) -> dict:
+    """``record`` from where the unfinished ingest ``old`` got (its counts checked against the corpus)."""
+    start, docs = old.get("next", 0), old.get("docs", 0)
+    if not 0 <= docs <= start <= size:
+        raise_damaged(where, f"'next' {start} and 'docs' {docs} do not fit a corpus of {size} documents")
+    return {**record, "next": start, "docs": docs}
+
+
+def _mapping(client: Client, index: str) -> dict | None:
+    """``GET /index/_mapping``'s answer where the index exists, None where OpenSearch says it does
+    not. Any other answer (a proxy's 404, another server) is an error, so that nothing is created or
+    deleted on its word; so is an alias (its answer names its indexes instead)."""
+    path = f"/{index}/_mapping"
+    try:
+        found = client.request("GET", path)
+    except ClusterError as e:
+        if e.status != 404:
+            raise
+        if e.kind == MISSING:
+            return None
+        raise _not_opensearch(client, path, 404, client.request("GET", path, ok=(404,))) from None
+    entry = found.get(index) if isinstance(found, dict) else None
+    if isinstance(entry, dict) and isinstance(entry.get("mappings"), dict):
+        return found
+    if isinstance(found, dict) and found and all(isinstance(v, dict) and "mappings" in v for v in found.values()):
+        names = ", ".join(sorted(found))
+        raise UserError(f"{index} on the cluster is an alias of {names[:200]}, not an index; fix: name an index "
+                        f"in the URL (bm25aug neither fills nor replaces an alias)")
+    raise _not_opensearch(client, path, 200, found)
+
+
+def _not_opensearch(client: Client, path: str, status: int, answer) -> UserError:
+    body = json.dumps(answer, ensure_ascii=False)
+    body = body if len(body) <= 80 else body[:77] + "..."
+    return UserError(f"the server at {client.url.nodes} does not answer as OpenSearch does (GET {path}: {status} "
+                     f"{body}); fix: point the URL at an OpenSearch node")
+
+
+def _held(client: Client, index: str, old: dict | None) -> str:
+    """What an index ``--force`` replaces holds, in words."""
+    try:
+        count = f"{client.request('GET', f'/{index}/_count').get('count')} documents"
+    except ClusterError:
+        count = "its documents not counted"
+    if old is None:
+        return f"a damaged bm25aug record, {count}"
+    if old:
+        return f"bm25aug's ingest of {old.get('dataset')}, {old.get('state')}, {count}"
+    return f"not made by bm25aug, {count}"
 
 
 def _wait_active(client: Client, index: str, replicas: int) -> None:
@@ -101,31 +191,58 @@ def _wait_active(client: Client, index: str, replicas: int) -> None:
                             f"cluster's health, `GET _cluster/allocation/explain`")
 
 
-def _bulk(client: Client, index: str, lines: list[dict]) -> None:
-    """One bulk request, sent again (same ids: replaced, never doubled) when the cluster pushes
-    back or loses a node; a document the cluster refuses is an error naming it."""
-    if not lines:
-        return
+def _bulk(client: Client, index: str, docs: list[tuple[str, str]]) -> int:
+    """Create ``docs`` (id, contents) in one bulk request; how many were there already. Operations
+    the cluster pushes back on (or the whole request, when it loses a node) are sent again; a
+    document already created (by an earlier try, or a run killed before its record) is a 409 that
+    counts as written. A document the cluster refuses otherwise is an error naming it."""
+    pending, there = docs, 0
     for attempt in range(RETRIES + 1):
+        if not pending:
+            return there
+        if attempt:
+            time.sleep(2 ** (attempt - 1))
+        lines = [line for docid, contents in pending
+                 for line in ({"create": {"_id": docid}}, {FIELD: contents, ID_FIELD: docid})]
         try:
             answer = client.request("POST", f"/{index}/_bulk", lines, ndjson=True)
         except ClusterError as e:
-            if e.status in (429, 503) and attempt < RETRIES:
-                time.sleep(2 ** attempt)
+            if e.status in PUSHBACK:
                 continue
             raise
-        if not answer.get("errors"):
-            return
-        failed = [item.get("index", {}) for item in answer.get("items", []) if item.get("index", {}).get("error")]
-        if all(f.get("status") in (429, 503) for f in failed) and attempt < RETRIES:
-            time.sleep(2 ** attempt)
-            continue
-        first = failed[0]
-        error = first.get("error") or {}
-        raise UserError(f"the cluster refused document {first.get('_id')!r} ({error.get('type')}: "
-                        f"{error.get('reason')}); fix: see the message, then run the same command again to resume")
+        if isinstance(answer, dict) and answer.get("errors") is False:
+            return there
+        again, found = _unwritten(answer, pending)
+        pending, there = again, there + found
+    if not pending:
+        return there
     raise UserError(f"the cluster kept refusing bulk requests to {index}; fix: check its health, then run the same "
                     f"command again to resume")
+
+
+def _unwritten(answer: dict, sent: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], int]:
+    """Of a bulk answer with errors: the documents to send again (pushed back) and how many were
+    there already; any other refusal is an error."""
+    items = answer.get("items") if isinstance(answer, dict) else None
+    items = [(item.get("create") if isinstance(item, dict) else None) or {} for item in items or []]
+    if len(items) != len(sent):
+        raise UserError(f"the cluster answered a bulk request of {len(sent)} documents with {len(items)} results; "
+                        f"fix: check that the URL names an OpenSearch node, then run the same command again")
+    again, there = [], 0
+    for doc, item in zip(sent, items):
+        error = item.get("error")
+        if not error:
+            continue
+        kind = error.get("type") if isinstance(error, dict) else str(error)
+        if item.get("status") == 409 and kind == WRITTEN:
+            there += 1
+        elif item.get("status") in PUSHBACK:
+            again.append(doc)
+        else:
+            reason = error.get("reason") if isinstance(error, dict) else ""
+            raise UserError(f"the cluster refused document {doc[0]!r} ({kind}: {reason}); fix: see the message, then "
+                            f"run the same command again to resume")
+    return again, there
 
 
 def _save(client: Client, index: str, record: dict) -> None:
@@ -133,18 +250,47 @@ def _save(client: Client, index: str, record: dict) -> None:
 
 
 def _finish(client: Client, index: str, record: dict) -> dict:
-    """Merge (dropping documents sent twice), refresh, count, and mark the index complete."""
+    """Merge, refresh, merge away any deleted documents, count, and mark the index complete (each
+    step safe to run again: a resume after a kill here runs them all)."""
     client.request("POST", f"/{index}/_forcemerge", params={"max_num_segments": 1}, timeout=MERGE_TIMEOUT_S)
     client.request("PUT", f"/{index}/_settings", {"index": {"refresh_interval": None}})
     client.request("POST", f"/{index}/_refresh")
+    deleted = _deleted(client, index)
+    if deleted:
+        deleted = _expunge(client, index, deleted)
     count = client.request("GET", f"/{index}/_count").get("count", -1)
-    stats = client.request("GET", f"/{index}/_stats/docs").get("_all", {}).get("total", {}).get("docs", {})
-    if count != record["docs"] or stats.get("deleted", 0):
-        raise UserError(f"{index} holds {count} documents ({stats.get('deleted', 0)} deleted copies) after its "
-                        f"ingest, not {record['docs']}; fix: run the command again with --force")
+    if count != record["docs"] or deleted:
+        raise UserError(f"{index} holds {count} documents ({deleted} deleted copies) after its ingest, not "
+                        f"{record['docs']}; fix: run the same command again to retry the end, or with --force to "
+                        f"make it again")
     record.update(state=COMPLETE)
     _save(client, index, record)
     return record
+
+
+def _deleted(client: Client, index: str) -> int:
+    """Deleted documents in every shard copy (Lucene counts them in a term's document frequency)."""
+    return client.request("GET", f"/{index}/_stats/docs").get("_all", {}).get("total", {}).get("docs", {}).get(
+        "deleted", 0)
+
+
+def _expunge(client: Client, index: str, deleted: int) -> int:
+    """Merge away deleted documents; how many are left. ``only_expunge_deletes`` rewrites only
+    segments whose deleted share is over ``expunge_deletes_allowed`` (set to 0 here), and only drops
+    what the shards' retention leases no longer keep (they follow the writes within about 30 s):
+    tried again until none are left or ``EXPUNGE_WAIT_S`` has passed."""
+    log.info("%s holds %d deleted documents; merging them away", index, deleted)
+    client.request("PUT", f"/{index}/_settings", {"index": {"merge.policy.expunge_deletes_allowed": 0}})
+    deadline = time.monotonic() + EXPUNGE_WAIT_S
+    while True:
+        client.request("POST", f"/{index}/_flush")
+        client.request("POST", f"/{index}/_forcemerge", params={"only_expunge_deletes": "true"},
+                       timeout=MERGE_TIMEOUT_S)
+        client.request("POST", f"/{index}/_refresh")
+        deleted = _deleted(client, index)
+        if not deleted or time.monotonic() > deadline:
+            return deleted
+        time.sleep(EXPUNGE_STEP_S)
 
 
 def run(args) -> None:
