@@ -11,6 +11,16 @@ class UserError(Exception):
     """Bad input or environment. The CLI prints ``error: <message>`` and exits with status 2."""
 
 
+class Unavailable(UserError):
+    """A service a request needs is down, or the index it reads changed under it: not the caller's
+    fault. The CLI exits with status 2 as for any ``UserError``; the server answers 503 with
+    ``Retry-After`` (``retry_after`` seconds) and ``/health`` reports it."""
+
+    def __init__(self, message: str, retry_after: int = 5):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 def os_error_message(e: OSError) -> str:
     """An ``OSError`` that reached the command line as one line: what failed, on which file when
     the system names one, and the fix that fits its cause."""

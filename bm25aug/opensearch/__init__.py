@@ -1,8 +1,14 @@
 """Search on an OpenSearch cluster, beside ``bm25aug.lucene``: the same searchers, the same scores.
 
-* ``client``: a cluster's URL and a small JSON-over-HTTP client that fails over between its nodes;
+* ``client``: a cluster's URL and a small JSON-over-HTTP client that fails over between its nodes
+  (``transport``: one request to one node, with its timeouts; ``nodes``: which node to ask first,
+  and the probes that bring a failed one back);
 * ``schema``: the index's analyzer, similarity and mapping, so that it scores as the flat index;
 * ``ingest``: ``bm25aug index --to URL``, streamed in bulk, resumable;
-* ``index``: ``OpenSearchIndex``, what ``BM25Searcher`` searches when ``--index`` is a URL;
-* ``local``: ``bm25aug cluster start|status|stop|delete``, a real cluster on this machine.
+* ``index``: ``OpenSearchIndex``, what ``BM25Searcher`` searches when ``--index`` is a URL
+  (``identity``: that it stays the index it opened; ``window``: how deep a search goes within the
+  result window; ``answers``: reading the cluster's answers, an odd shape as one line);
+* ``local``: ``bm25aug cluster start|status|stop|delete``, a real cluster on this machine
+  (``launcher``: the JDK and the jars; ``cluster_folder``: its folder and record; ``node_settings``:
+  a node's ports and settings).
 """

@@ -3,36 +3,51 @@ in turn, an error as one line that names the node and the fix.
 
 A cluster URL names its nodes and, after a slash, an index: ``http://127.0.0.1:9200,127.0.0.1:9201/scifact``
 (``https://`` for TLS). A query string may set ``stats=local`` (``bm25aug.opensearch.index``).
-Credentials never go in the URL: ``BM25AUG_OPENSEARCH_USER`` and ``BM25AUG_OPENSEARCH_PASSWORD``
-give HTTP basic auth, ``BM25AUG_OPENSEARCH_CA`` a CA bundle to check the nodes' certificates with.
+Credentials never go in the URL (one holding ``@`` is refused without echoing it):
+``BM25AUG_OPENSEARCH_USER`` and ``BM25AUG_OPENSEARCH_PASSWORD`` give HTTP basic auth, sent only over
+``https://`` (over ``http://`` they are refused unless ``BM25AUG_OPENSEARCH_ALLOW_HTTP_AUTH=1``,
+then with a warning), ``BM25AUG_OPENSEARCH_CA`` a CA bundle to check the nodes' certificates with.
 
-Only the standard library (``http.client``): one keep-alive connection per node and thread. A node
-that refuses a connection or drops it is skipped for ``DOWN_S`` seconds; a request that no node
-answers is an error naming each node and why.
+Only the standard library (``http.client``): one keep-alive connection per node and thread
+(``transport``). Timeouts are of seconds: ``CONNECT_TIMEOUT_S`` to connect
+(``BM25AUG_OPENSEARCH_CONNECT_TIMEOUT``), ``READ_TIMEOUT_S`` of silence before the node is probed
+(``BM25AUG_OPENSEARCH_READ_TIMEOUT``); a node that answers the probe is busy and waited for up to
+``BUSY_S`` (longer for a request that passes OpenSearch a ``timeout``, or a long operation's own
+``request(timeout=...)``, such as a force merge). A node that refuses, drops a connection or stays
+silent goes to the back of the list until it answers again (``nodes.Nodes``), so a silent node
+costs one timeout and one probe (15 s), not one per request. A request that no node answers is a
+``ClusterUnavailable`` naming each node and why; so is an answer that says the cluster cannot
+serve now (5xx, 429): not the caller's fault (``bm25aug.errors.Unavailable``).
 """
 
 from __future__ import annotations
 
 import base64
-import http.client
 import json
+import logging
+import math
 import os
 import re
-import socket
 import ssl
-import threading
-import time
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, quote, urlencode
+from urllib.parse import parse_qsl, urlencode
 
-from bm25aug.errors import UserError
+from bm25aug.errors import Unavailable, UserError
+from bm25aug.opensearch.nodes import Nodes
+from bm25aug.opensearch.transport import BUSY_S, CONNECT_TIMEOUT_S, READ_TIMEOUT_S, Connections, NodeFailed
 
 SCHEMES = ("http://", "https://")
-DOWN_S = 5.0  # how long a node that failed is tried last
-TIMEOUT_S = 120.0  # one request; a force merge of a large index waits longer (``request(timeout=...)``)
+CONNECT_ENV, READ_ENV = "BM25AUG_OPENSEARCH_CONNECT_TIMEOUT", "BM25AUG_OPENSEARCH_READ_TIMEOUT"
+USER_ENV, PASSWORD_ENV = "BM25AUG_OPENSEARCH_USER", "BM25AUG_OPENSEARCH_PASSWORD"
+ALLOW_HTTP_AUTH_ENV = "BM25AUG_OPENSEARCH_ALLOW_HTTP_AUTH"  # "1": send credentials over http:// too
+RETRY_AFTER_S = 5  # what an outage tells a caller to wait before trying again
 _HOST = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+)(?::(\d{1,5}))?$")
 _INDEX = re.compile(r"^[a-z0-9][a-z0-9._+-]{0,199}$")  # OpenSearch's rule for index names, less the rare characters
 _URL_FORM = "http://HOST:PORT[,HOST:PORT...]/INDEX (e.g. http://127.0.0.1:9200/scifact)"
+_SERVER_TIMEOUT = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")  # OpenSearch's time units that a `timeout` takes
+_UNIT_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+log = logging.getLogger(__name__)
+_warned_http_auth: set[str] = set()  # the node lists warned about credentials over http://, once each
 
 
 def is_cluster(location) -> bool:
@@ -42,7 +57,8 @@ def is_cluster(location) -> bool:
 
 @dataclass(frozen=True)
 class ClusterURL:
-    """``scheme://host:port[,host:port...]/index?options``."""
+    """``scheme://host:port[,host:port...]/index?options``. ``str()`` of one never holds credentials
+    (``parse`` refuses them), so messages name the index by it, never by the text the user typed."""
 
     scheme: str
     hosts: tuple[tuple[str, int], ...]
@@ -52,13 +68,14 @@ class ClusterURL:
     @classmethod
     def parse(cls, url: str, need_index: bool = True) -> "ClusterURL":
         if not is_cluster(url):
-            raise UserError(f"{url!r} is not a cluster URL; fix: write {_URL_FORM}")
+            shown = "the location given" if "@" in str(url) else repr(url)  # it may hold a password: not echoed
+            raise UserError(f"{shown} is not a cluster URL; fix: write {_URL_FORM}")
+        if "@" in url:  # user:password@ (a password may hold '/' or '?', so anywhere): never echoed
+            raise UserError("a cluster URL must not hold credentials (they would show in logs and runs); fix: set "
+                            f"{USER_ENV} and {PASSWORD_ENV} instead, and write {_URL_FORM}")
         scheme, rest = url.split("://", 1)
         rest, _, query = rest.partition("?")
         netloc, _, path = rest.partition("/")
-        if "@" in netloc:
-            raise UserError("a cluster URL must not hold credentials (they would show in logs and runs); fix: set "
-                            "BM25AUG_OPENSEARCH_USER and BM25AUG_OPENSEARCH_PASSWORD instead")
         hosts = []
         for part in netloc.split(","):
             match = _HOST.match(part.strip())
@@ -90,86 +107,87 @@ class ClusterError(UserError):
         self.status, self.kind = status, kind
 
 
-class Client:
-    """JSON requests to a cluster's nodes (``ClusterURL``), thread-safe."""
+class ClusterUnavailable(ClusterError, Unavailable):
+    """No node of the URL answered (``status`` 0), or the cluster answered that it cannot serve now
+    (5xx, 429): an outage, not the caller's fault (``Unavailable``: the server answers 503)."""
 
-    def __init__(self, url: ClusterURL, timeout: float = TIMEOUT_S):
-        self.url, self.timeout = url, timeout
-        self._local = threading.local()
-        self._every: list[http.client.HTTPConnection] = []  # every thread's, for close()
-        self._every_lock = threading.Lock()
-        self._down: dict[tuple[str, int], float] = {}
-        self._auth = _auth_header()
-        self._tls = _tls_context() if url.scheme == "https" else None
+    def __init__(self, message: str, status: int = 0, kind: str = ""):
+        ClusterError.__init__(self, message, status, kind)
+        self.retry_after = RETRY_AFTER_S
+
+
+class Client:
+    """JSON requests to a cluster's nodes (``ClusterURL``), thread-safe. ``timeout``: the read
+    timeout in seconds (the silence after which a node is probed), ``connect_timeout`` the connect
+    one (None: their environment variables, else ``READ_TIMEOUT_S`` and ``CONNECT_TIMEOUT_S``).
+    ``credentials``: whether to send ``BM25AUG_OPENSEARCH_USER``'s (False for a cluster known to
+    need none, such as ``bm25aug cluster start``'s)."""
+
+    def __init__(self, url: ClusterURL, timeout: float | None = None, connect_timeout: float | None = None,
+                 credentials: bool = True):
+        self.url = url
+        self.timeout = _timeout(timeout, READ_ENV, READ_TIMEOUT_S)
+        self.connect_timeout = _timeout(connect_timeout, CONNECT_ENV, CONNECT_TIMEOUT_S)
+        self._auth = _auth_header(url) if credentials else {}
+        self.connections = Connections(_tls_context() if url.scheme == "https" else None, self.connect_timeout,
+                                       self.timeout)
+        self.nodes = Nodes(url.hosts, self.connections.probe)
 
     def request(self, method: str, path: str, body=None, params: dict | None = None, ndjson: bool = False,
                 timeout: float | None = None, ok: tuple[int, ...] = ()) -> dict:
         """The decoded JSON answer. ``body``: a dict (JSON), a list of dicts (NDJSON lines when
-        ``ndjson``), or None. An HTTP status of 400 or more is a ``ClusterError`` unless in ``ok``."""
+        ``ndjson``), or None. ``timeout``: how long this request may take on a node that answers
+        probes (None: ``BUSY_S``, or longer when ``params`` asks OpenSearch to wait a ``timeout``).
+        An HTTP status of 400 or more is a ``ClusterError`` (``ClusterUnavailable`` for 5xx and
+        429) unless in ``ok``."""
         data = _encode(body, ndjson)
         target = path + (f"?{urlencode(params)}" if params else "")
         headers = {"Content-Type": "application/x-ndjson" if ndjson else "application/json", **self._auth}
-        failures = []
-        for host in self._order():
+        patience = timeout or max(BUSY_S, _server_timeout(params) + self.timeout)
+        failures, first = [], []
+        for host in self.nodes.order():
             try:
-                status, payload = self._send(host, method, target, data, headers, timeout)
-            except (ConnectionError, socket.timeout, http.client.HTTPException, OSError) as e:
-                self._drop(host)
-                self._down[host] = time.monotonic()
-                failures.append(f"{host[0]}:{host[1]} ({_why(e)})")
+                status, payload = self.connections.exchange(host, method, target, data, headers, patience)
+            except NodeFailed as e:
+                if self.nodes.failed(host):
+                    first.append((host, str(e)))
+                failures.append(f"{host[0]}:{host[1]} ({e})")
                 continue
-            self._down.pop(host, None)
+            self.nodes.answered(host)
+            for skipped, why in first:
+                self.nodes.skipped(skipped, f"{method} {path}", why)
             answer = _decode(payload, host)
             if status >= 400 and status not in ok:
                 raise _error(status, answer, method, path, host)
             return answer
-        raise UserError(f"no node of the cluster answered {method} {path}: {', '.join(failures)}; fix: check that the "
-                        f"cluster runs (`bm25aug cluster status`) and that the URL names its nodes")
-
-    def _order(self) -> list[tuple[str, int]]:
-        """The URL's nodes, those that failed lately last (each node is still tried)."""
-        now = time.monotonic()
-        return sorted(self.url.hosts, key=lambda h: now - self._down.get(h, -1e9) < DOWN_S)
-
-    def _connection(self, host: tuple[str, int], timeout: float | None) -> http.client.HTTPConnection:
-        pool = self._local.__dict__.setdefault("connections", {})
-        if host not in pool:
-            if self._tls is not None:
-                pool[host] = http.client.HTTPSConnection(*host, timeout=self.timeout, context=self._tls)
-            else:
-                pool[host] = http.client.HTTPConnection(*host, timeout=self.timeout)
-            with self._every_lock:
-                self._every.append(pool[host])
-        connection = pool[host]
-        connection.timeout = timeout or self.timeout
-        if connection.sock is not None:
-            connection.sock.settimeout(connection.timeout)
-        return connection
-
-    def _send(self, host, method, target, data, headers, timeout) -> tuple[int, bytes]:
-        connection = self._connection(host, timeout)
-        try:
-            connection.request(method, quote(target, safe="/?&=,:_*%+.-"), body=data, headers=headers)
-            response = connection.getresponse()
-            return response.status, response.read()
-        except BaseException:
-            connection.close()
-            raise
-
-    def _drop(self, host) -> None:
-        connection = self._local.__dict__.get("connections", {}).pop(host, None)
-        if connection is not None:
-            connection.close()
-            with self._every_lock:
-                self._every = [c for c in self._every if c is not connection]
+        raise ClusterUnavailable(f"no node of the cluster answered {method} {path}: {', '.join(failures)}; fix: check "
+                                 f"that the cluster runs (`bm25aug cluster status`) and that the URL names its nodes")
 
     def close(self) -> None:
         """Close every thread's connections (a later request opens new ones)."""
-        with self._every_lock:
-            every, self._every = self._every, []
-        for connection in every:
-            connection.close()
-        self._local = threading.local()
+        self.connections.close()
+
+
+def _timeout(given, variable: str, default: float) -> float:
+    """A timeout in seconds: ``given``, else ``variable`` from the environment, else ``default``;
+    anything but a number above 0 is one line naming where it came from."""
+    value = given if given is not None else (os.environ.get(variable) or "").strip() or default
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        where = f"{variable}={value!r}" if given is None else f"a timeout of {value!r}"
+        raise UserError(f"{where} is not a number of seconds above 0; fix: set it to e.g. {default:g}, or unset it "
+                        f"for that default")
+    return seconds
+
+
+def _server_timeout(params: dict | None) -> float:
+    """The seconds of a ``timeout`` parameter OpenSearch waits out itself (e.g. ``60s`` with
+    ``wait_for_status``), which a request's patience must outlast; 0 when none."""
+    match = _SERVER_TIMEOUT.match(str((params or {}).get("timeout", "")).strip())
+    return float(match.group(1)) * _UNIT_S[match.group(2)] if match else 0.0
 
 
 def _encode(body, ndjson: bool) -> bytes | None:
@@ -182,19 +200,22 @@ def _encode(body, ndjson: bool) -> bytes | None:
 
 def _decode(payload: bytes, host) -> dict:
     try:
-        return json.loads(payload) if payload else {}
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise UserError(f"{host[0]}:{host[1]} answered with something that is not JSON ({payload[:80]!r}); fix: "
-                        f"point the URL at an OpenSearch node's HTTP port") from None
+        answer = json.loads(payload) if payload else {}
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        answer = None
+    if not isinstance(answer, dict):
+        raise UserError(f"{host[0]}:{host[1]} answered with something that is not a JSON object "
+                        f"({payload[:80]!r}); fix: point the URL at an OpenSearch node's HTTP port") from None
+    return answer
 
 
 def _error(status: int, answer: dict, method: str, path: str, host) -> ClusterError:
     """OpenSearch's error as one line: its type and reason, the deepest shard failure's too."""
     error = answer.get("error") if isinstance(answer, dict) else None
     if isinstance(error, dict):
-        kind, reason = error.get("type", ""), error.get("reason", "")
+        kind, reason = str(error.get("type", "")), str(error.get("reason", ""))
         causes = error.get("failed_shards") or []
-        if causes and isinstance(causes[0], dict):
+        if isinstance(causes, list) and causes and isinstance(causes[0], dict):
             cause = causes[0].get("reason") or {}
             node = causes[0].get("node")
             reason += f"; shard {causes[0].get('shard')}" + (f" on node {node}" if node else "")
@@ -208,23 +229,25 @@ def _error(status: int, answer: dict, method: str, path: str, host) -> ClusterEr
     fix = ("check BM25AUG_OPENSEARCH_USER and BM25AUG_OPENSEARCH_PASSWORD" if status in (401, 403)
            else "see the cluster's health (`bm25aug cluster status`, or GET _cluster/health)" if status >= 500
            else "see the message; the request was refused as it stands")
-    return ClusterError(f"{' '.join(message.split())}; fix: {fix}", status, kind)
+    kind_of = ClusterUnavailable if status >= 500 or status == 429 else ClusterError  # 429: its queues are full
+    return kind_of(f"{' '.join(message.split())}; fix: {fix}", status, kind)
 
 
-def _why(e: BaseException) -> str:
-    if isinstance(e, ConnectionRefusedError):
-        return "connection refused"
-    if isinstance(e, socket.timeout):
-        return "timed out"
-    if isinstance(e, ssl.SSLError):
-        return f"TLS: {e.reason or e}"
-    return type(e).__name__ + (f": {e}" if str(e) else "")
-
-
-def _auth_header() -> dict[str, str]:
-    user, password = os.environ.get("BM25AUG_OPENSEARCH_USER"), os.environ.get("BM25AUG_OPENSEARCH_PASSWORD")
+def _auth_header(url: ClusterURL) -> dict[str, str]:
+    """HTTP basic auth from the environment: over ``https://``; over ``http://`` refused unless
+    ``BM25AUG_OPENSEARCH_ALLOW_HTTP_AUTH=1`` says so (then a warning, once per node list)."""
+    user, password = os.environ.get(USER_ENV), os.environ.get(PASSWORD_ENV)
     if not user:
         return {}
+    if url.scheme != "https":
+        if os.environ.get(ALLOW_HTTP_AUTH_ENV, "").strip() != "1":
+            raise UserError(f"{USER_ENV} is set, and {url.scheme}://{url.nodes} is plain HTTP, which would send the "
+                            f"password in clear to every node; fix: use the nodes' https:// address, or set "
+                            f"{ALLOW_HTTP_AUTH_ENV}=1 if no one else can read that network, or unset {USER_ENV}")
+        if url.nodes not in _warned_http_auth:
+            _warned_http_auth.add(url.nodes)
+            log.warning("sending %s's credentials in clear over http:// to %s (%s=1)", USER_ENV, url.nodes,
+                        ALLOW_HTTP_AUTH_ENV)
     token = base64.b64encode(f"{user}:{password or ''}".encode("utf-8")).decode("ascii")
     return {"Authorization": f"Basic {token}"}
 

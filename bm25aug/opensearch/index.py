@@ -9,23 +9,28 @@ one in our process, so that ``BM25Searcher`` and ``AugmentedSearcher`` take eith
   and field statistics, so a term's BM25 weight is the whole index's, as on one machine. The URL
   option ``?stats=local`` skips that round trip (each shard then scores with its own statistics:
   faster, and rankings shift a little; fine when shards are large and documents spread at random).
+* **The index opened.** Answers are used only from the index that was opened (``identity.Watch``):
+  one deleted, made again or re-filled since is ``identity.IndexChanged``, at most ``RECHECK_S``
+  after its deletion, for every call from then on.
 * **No partial results.** ``allow_partial_search_results=false``, and every answer's ``_shards``
   is checked: a shard that failed is an error naming it, never fewer hits without a word. A search
   the cluster fails while it loses a node is sent again (``RETRIES``), on another node of the URL
   when its own is gone.
 * **Ranking.** Scores are divided by OpenSearch's (1 + k1) (``schema.score_scale``), then ranked
   as Anserini ranks (ties by external id, 4 decimals, ``anserini_scores``), with ``TIE_MARGIN``
-  extra hits asked for and deeper searches when a tie crosses the k-th place, as in-process.
+  extra hits asked for and deeper searches when a tie crosses the k-th place, as in-process,
+  within the index's result window (``window``: a k past it is refused, never cut).
 * **Hits.** ``TopK.lucene_ids`` are numbers this object gives each external id it has seen
   (``docids[top.lucene_ids]`` is the ids, as for a Lucene index).
-* **Clause limit.** A term list longer than the cluster's ``indices.query.bool.max_clause_count``
-  is refused before it is sent, with the limit and the fix.
+* **Clause limit.** A term list (or query) with more terms than the cluster's
+  ``indices.query.bool.max_clause_count`` is refused before it is sent, with the limit and the fix.
+* **Document frequencies** are cached per term, at most ``DF_ENTRIES`` terms (``bm25aug.cache.LRU``):
+  a flood of new words costs one ``_msearch`` per call and never more memory.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -33,18 +38,20 @@ from collections import Counter
 
 import numpy as np
 
+from bm25aug.cache import DF_ENTRIES, LRU
 from bm25aug.errors import UserError
 from bm25aug.limits import check
 from bm25aug.lucene.index import IndexMeta
 from bm25aug.lucene.ranking import EMPTY, TopK, anserini_scores
-from bm25aug.lucene.reader import ANALYZED, B, FIELD, K1, TERMS, TIE_MARGIN
+from bm25aug.lucene.reader import ANALYZED, B, FIELD, K1, TERMS
+from bm25aug.opensearch.answers import boost, checked, error_kind, shaped
 from bm25aug.opensearch.client import Client, ClusterError, ClusterURL
-from bm25aug.opensearch.schema import COMPLETE, DEFAULT_CLAUSE_LIMIT, ID_FIELD, record_of, score_scale
+from bm25aug.opensearch.identity import RECHECK_S, IndexChanged, Watch, identify  # noqa: F401 (exported)
+from bm25aug.opensearch.schema import COMPLETE, DEFAULT_CLAUSE_LIMIT, ID_FIELD, score_scale
+from bm25aug.opensearch.window import after_tie, complete, deeper, depth, tie_past_window
 
-MAX_WINDOW = 10_000  # OpenSearch's default index.max_result_window, when the index does not say
 RETRIES = 3  # a search that failed while the cluster lost a node, sent again after RETRY_S
 RETRY_S = 1.0
-log = logging.getLogger(__name__)
 # What an answer is read for (filter_path): the rest (each hit's index name and _id, totals) is not
 # sent, so a k=1000 answer is shorter to write, send and decode.
 _KEEP = "took,timed_out,_shards,error,status,hits.hits._score,hits.hits.fields"
@@ -55,46 +62,60 @@ class OpenSearchIndex:
     """A complete bm25aug index on a cluster (``url``: ``http://HOST:PORT[,...]/INDEX[?stats=local]``),
     with BM25's ``k1`` and ``b`` the index was made with."""
 
-    def __init__(self, url: str, k1: float = K1, b: float = B, fields: dict[str, float] | None = None):
+    def __init__(self, url: str, k1: float = K1, b: float = B, fields: dict[str, float] | None = None,
+                 df_entries: int = DF_ENTRIES):
         self.url = ClusterURL.parse(url)
-        self.path = str(self.url)  # how messages name the index
+        self.path = str(self.url)  # how messages name the index (never the text given: no credentials)
         options = dict(self.url.options)
         stats = options.pop("stats", "exact")
         if stats not in _STATS or options:
-            raise UserError(f"{url!r}: the only option a cluster URL takes is stats=exact (default) or stats=local; "
-                            f"fix: drop the others")
+            raise UserError(f"{self.path}: the only option a cluster URL takes is stats=exact (default) or "
+                            f"stats=local; fix: drop the others")
         if fields:
-            raise UserError(f"field weights {fields!r} were given for {url}, a flat index with one field; fix: drop them")
+            raise UserError(f"field weights {fields!r} were given for {self.path}, a flat index with one field; fix: "
+                            f"drop them")
         self.search_type, self.fields = _STATS[stats], None
         self.client = Client(self.url)
         name = self.url.index
-        mapping = self.client.request("GET", f"/{name}/_mapping")
-        self.record = record_of(mapping, name)
-        if self.record and ID_FIELD not in mapping[name]["mappings"].get("properties", {}):
-            raise UserError(f"{url} was made by an older bm25aug (no {ID_FIELD!r} field to read hits' ids from); "
-                            f"fix: index it again with `bm25aug index --dataset NAME --to {url} --force`")
-        if self.record.get("state") != COMPLETE:
-            why = "its ingest has not finished" if self.record else "bm25aug did not make it"
-            raise UserError(f"{url} cannot be searched: {why}; fix: `bm25aug index --dataset NAME --to {url}` "
-                            f"(it resumes an unfinished ingest)")
+        mapping, uuid, self.record, self.window = identify(self.client, name, self.path)
+        self._searchable(mapping)
         made = (float(self.record["k1"]), float(self.record["b"]))
         if (np.float32(k1), np.float32(b)) != tuple(map(np.float32, made)):
-            raise UserError(f"{url} was made with BM25 k1={made[0]} b={made[1]}, and on a cluster they are the index's "
-                            f"own; fix: pass --k1 {made[0]} --b {made[1]}, or index again with --k1 {k1} --b {b} --force")
-        self.num_docs = int(self.client.request("GET", f"/{name}/_count")["count"])
-        self.scale = self._score_scale(made[0])
+            raise UserError(f"{self.path} was made with BM25 k1={made[0]} b={made[1]}, and on a cluster they are the "
+                            f"index's own; fix: pass --k1 {made[0]} --b {made[1]}, or index again with --k1 {k1} "
+                            f"--b {b} --force")
+        self.num_docs = shaped(self.path, f"GET /{name}/_count",
+                               lambda: int(self.client.request("GET", f"/{name}/_count")["count"]))
+        self.scale = shaped(self.path, f"a search of /{name}", lambda: self._score_scale(made[0]))
         self.meta = IndexMeta("flat", self.record.get("dataset", name), self.num_docs,
                               corpus_fingerprint=self.record.get("fingerprint", ""),
                               anserini=f"OpenSearch index {name}, {self.record.get('shards')} shards")
-        self.clause_limit = self._clause_limit()
-        self.window = int(self.client.request("GET", f"/{name}/_settings", params={
-            "include_defaults": "true", "flat_settings": "true"}).get(name, {}).get("settings", {}).get(
-            "index.max_result_window", MAX_WINDOW))
+        self.clause_limit = shaped(self.path, "GET /_nodes/settings", self._clause_limit)
+        self.watch = Watch(self.client, name, self.path, uuid, self.record)
+        self.watch.check()  # what was read above was all of the index identified first
         self._ids: dict[str, int] = {}
         self._table = np.empty(1024, object)  # external id of each number given out, grown by doubling
         self._lock = threading.Lock()
-        self._df: dict[str, int] = {}
+        self._df = LRU(df_entries)  # document frequency of each term asked lately
         self._pools: dict[int, ThreadPoolExecutor] = {}
+
+    def _searchable(self, mapping: dict) -> None:
+        """Refuse an index bm25aug did not make, one whose ingest has not finished, one from before
+        ``ID_FIELD``."""
+        if not self.record:
+            raise UserError(f"{self.path} was not made by bm25aug (its mapping has no _meta.bm25aug record), and "
+                            f"bm25aug searches only indexes it made; fix: index the corpus into another index name, "
+                            f"`bm25aug index --dataset NAME --to {self.url.scheme}://{self.url.nodes}/NEWNAME`")
+        properties = mapping.get("properties") if isinstance(mapping, dict) else None
+        if not isinstance(properties, dict) or ID_FIELD not in properties:
+            raise UserError(f"{self.path} was made by an older bm25aug (no {ID_FIELD!r} field to read hits' ids from); "
+                            f"fix: index it again with `bm25aug index --dataset NAME --to {self.path} --force`")
+        if self.record["state"] != COMPLETE:
+            dataset = self.record.get("dataset", "NAME")
+            raise UserError(f"{self.path} cannot be searched: its ingest has not finished (at document "
+                            f"{self.record.get('next', 0):,} of {dataset}'s corpus); fix: run the command that "
+                            f"started it again (`bm25aug index --dataset {dataset} --to {self.path}`, same options) to "
+                            f"resume it")
 
     def _score_scale(self, k1: float) -> np.float32:
         """What the engine's BM25 multiplies Lucene's by, read off its explanation of one term's
@@ -110,15 +131,15 @@ class OpenSearchIndex:
             return score_scale(k1)
         body = {"size": 1, "explain": True, "query": {"term": {FIELD: terms[0]}}}
         explained = self.client.request("POST", f"/{self.url.index}/_search", body)["hits"]["hits"]
-        boost = _boost(explained[0]["_explanation"]) if explained else None
-        return np.float32(boost) if boost else score_scale(k1)
+        factor = boost(explained[0]["_explanation"]) if explained else None
+        return np.float32(factor) if factor else score_scale(k1)
 
     def _clause_limit(self) -> int:
         """The smallest ``indices.query.bool.max_clause_count`` among the cluster's nodes."""
         key = "indices.query.bool.max_clause_count"
         nodes = self.client.request("GET", "/_nodes/settings", params={"flat_settings": "true"}).get("nodes", {})
         limits = [int(n.get("settings", {}).get(key, DEFAULT_CLAUSE_LIMIT)) for n in nodes.values()]
-        cluster = self.client.request("GET", "/_cluster/settings", params={"flat_settings": "true"})
+        cluster = self.client.request("GET", "/_cluster/settings", params={"flat_settings": "true", "local": "true"})
         limits += [int(cluster[scope][key]) for scope in ("persistent", "transient") if key in cluster.get(scope, {})]
         return min(limits or [DEFAULT_CLAUSE_LIMIT])
 
@@ -143,20 +164,27 @@ class OpenSearchIndex:
         return self.doc_freqs([term], field)[term]
 
     def doc_freqs(self, terms, field: str = FIELD) -> dict[str, int]:
-        """Documents that hold each term (not analyzed), those not seen before asked in one request."""
-        missing = sorted({t for t in terms if t not in self._df})
+        """Documents that hold each term (not analyzed). Those not among the ``df_entries`` terms
+        asked lately (the cache) are asked in one ``_msearch`` (256 terms a request)."""
+        found: dict[str, int] = {}
+        for term in terms:
+            if (df := self._df.get(term)) is not None:
+                found[term] = df
+        missing = sorted({t for t in terms if t not in found})
         header = {"index": self.url.index, "search_type": "query_then_fetch", "allow_partial_search_results": False}
         for at in range(0, len(missing), 256):  # one term query a search, counted, no hits fetched
             part = missing[at:at + 256]
             lines = [line for t in part for line in (header, {"size": 0, "track_total_hits": True,
                                                                "query": {"term": {field: t}}})]
-            answer = self._retrying(lambda: self.client.request("POST", "/_msearch", lines, ndjson=True))
+            answer = self._retrying(lambda: self._ask("POST", "/_msearch", lines, ndjson=True))
             for term, response in zip(part, answer.get("responses", [])):
                 if "error" in response:
                     raise UserError(f"{self.path}: counting the documents of {term!r} failed "
-                                    f"({response['error'].get('type')}); fix: check the cluster's health")
-                self._df[term] = int(_checked(response, self.path)["hits"]["total"]["value"])
-        return {t: self._df[t] for t in terms}
+                                    f"({error_kind(response)}); fix: check the cluster's health")
+                found[term] = df = shaped(self.path, "_msearch", lambda: int(
+                    checked(response, self.path)["hits"]["total"]["value"]))
+                self._df.put(term, df)
+        return {t: found[t] for t in terms}
 
     def verify(self, dataset) -> None:
         """That this index holds ``dataset``'s very corpus (its record's fingerprint), as
@@ -170,7 +198,7 @@ class OpenSearchIndex:
 
     def _mget(self, ids: list[str]) -> list[str | None]:
         """Each document's stored contents (None: no such document)."""
-        found = self.client.request("POST", f"/{self.url.index}/_mget", {"ids": list(ids)}).get("docs", [])
+        found = self._ask("POST", f"/{self.url.index}/_mget", {"ids": list(ids)}).get("docs", [])
         return [d.get("_source", {}).get(FIELD) if d.get("found") else None for d in found]
 
     def doc_numbers(self, ids: list[str]) -> np.ndarray:
@@ -201,11 +229,14 @@ class OpenSearchIndex:
         to search. Past the cluster's clause limit: an error with the limit and the fix."""
         if fields:
             raise UserError(f"{self.path} is a flat index with one field; fix: drop the field weights")
+        return self._pairs(terms, "the term list", f"send at most its {self.clause_limit} heaviest terms")
+
+    def _pairs(self, terms: dict[str, float], what: str, fix: str) -> list | None:
         pairs = [(t, float(np.float32(w))) for t, w in terms.items() if w > 0]
         if len(pairs) > self.clause_limit:
-            raise UserError(f"the term list has {len(pairs)} terms and the cluster {self.url.nodes} takes at most "
-                            f"{self.clause_limit} (indices.query.bool.max_clause_count); fix: keep fewer terms "
-                            f"(--top-k), or raise that setting in every node's opensearch.yml")
+            raise UserError(f"{what} has {len(pairs)} terms and the cluster {self.url.nodes} takes at most "
+                            f"{self.clause_limit} (indices.query.bool.max_clause_count); fix: {fix}, or raise that "
+                            f"setting in every node's opensearch.yml")
         return pairs or None
 
     def weighted_query(self, terms: dict[str, float], fields: dict[str, float] | None = None) -> list | None:
@@ -219,7 +250,8 @@ class OpenSearchIndex:
         boosted by count."""
         from bm25aug.lucene.analysis import analyze
 
-        return self.terms_element({t: float(c) for t, c in Counter(analyze(text)).items()})
+        return self._pairs({t: float(c) for t, c in Counter(analyze(text)).items()}, "the query",
+                           f"use a shorter query, of at most {self.clause_limit} distinct words (stopwords aside)")
 
     def query(self, kind: str, item) -> list | None:
         return self.analyzed_query(item) if kind == ANALYZED else item
@@ -234,12 +266,33 @@ class OpenSearchIndex:
         return {"search_type": self.search_type, "allow_partial_search_results": "false", "filter_path": _KEEP}
 
     def _search_once(self, body: dict) -> dict:
-        return _checked(self._retrying(lambda: self.client.request("POST", f"/{self.url.index}/_search", body,
-                                                                   params=self._params())), self.path)
+        return checked(self._retrying(lambda: self._ask("POST", f"/{self.url.index}/_search", body, search=True,
+                                                         params=self._params())), self.path)
+
+    def _ask(self, method: str, path: str, body=None, search: bool = False, **options) -> dict:
+        """A request about the index, its answer used only while the index is the one opened
+        (``Watch``: ``IndexChanged`` otherwise, and once the cluster says it is gone; checked at
+        once when a ``search`` found no hits: an index made again is empty until its ingest ends)."""
+        self.watch.still()
+        try:
+            answer = self.client.request(method, path, body, **options)
+        except ClusterError as e:
+            # a 404 on a request about the index: it, or its shards, are gone (a search that meets a
+            # shard deleted between two phases is a 404 search_phase_execution_exception)
+            if e.kind == "index_not_found_exception" or e.status == 404:
+                self.watch.gone()
+            raise
+        responses = answer.get("responses", [answer])
+        if any(error_kind(r) == "index_not_found_exception" or (isinstance(r, dict) and r.get("status") == 404)
+               for r in responses):
+            self.watch.gone()
+        empty = search and any(not r.get("hits", {}).get("hits") for r in responses if isinstance(r, dict))
+        self.watch.after(time.monotonic(), empty)
+        return answer
 
     def _retrying(self, call):
         """``call()``, again after ``RETRY_S`` when the cluster failed it (5xx: e.g. a shard whose
-        node died between two phases), up to ``RETRIES`` times; then its error."""
+        node died between two phases), up to ``RETRIES`` times; then its error (an ``Unavailable``)."""
         for attempt in range(RETRIES + 1):
             try:
                 return call()
@@ -248,31 +301,25 @@ class OpenSearchIndex:
                     raise
                 time.sleep(RETRY_S)
 
-    def _hits(self, answer: dict) -> tuple[list[str], np.ndarray]:
+    def _hits(self, answer: dict) -> tuple[list[str], np.ndarray, list[float]]:
+        """The hits' ids, their scores as Lucene's (float32) and as the cluster's (for ``search_after``)."""
         hits = answer.get("hits", {}).get("hits", [])  # filter_path leaves no "hits" when there are none
-        scores = np.fromiter((h["_score"] for h in hits), np.float32, len(hits)) / self.scale
-        return [h["fields"][ID_FIELD][0] for h in hits], scores
+        raw = [h["_score"] for h in hits]
+        return [h["fields"][ID_FIELD][0] for h in hits], np.asarray(raw, np.float32) / self.scale, raw
 
     def depth(self, k: int) -> int:
-        """Hits to ask for: k and ``TIE_MARGIN`` more, within the index's size and result window;
-        a k past the window is refused (OpenSearch would refuse the search)."""
-        if check("k", k) > self.window and k < self.num_docs:
-            raise UserError(f"k={k} is past {self.path}'s result window ({self.window:,} hits, "
-                            f"index.max_result_window); fix: ask for at most {self.window:,} hits, or raise that "
-                            f"index setting")
-        return int(min(k + TIE_MARGIN, self.num_docs, self.window))
-
-    def _complete(self, scores: np.ndarray, n: int, k: int) -> bool:
-        return len(scores) < n or len(scores) <= k or scores[k - 1] > scores[-1] or n >= min(self.num_docs, self.window)
+        """Hits to ask for (``window.depth``: a k past the result window is refused, never cut)."""
+        return depth(k, self.num_docs, self.window, self.path, self.url.index)
 
     def _top(self, pairs: list, answer: dict, n: int, k: int) -> TopK:
-        ids, scores = self._hits(answer)
-        while not self._complete(scores, n, k):  # a tie crosses the k-th place: see it whole
-            n = min(n * 4, self.num_docs, self.window)
-            ids, scores = self._hits(self._search_once(self._body(pairs, n)))
-        if len(scores) > k and n >= self.window and scores[k - 1] == scores[-1]:
-            log.warning("%s: a tie at the %d-th place runs past the result window (%d hits); its order there is "
-                        "the cluster's, not by external id", self.path, k, self.window)
+        ids, scores, raw = self._hits(answer)
+        while not complete(scores, n, k, self.num_docs, self.window):  # a tie crosses the k-th place
+            n = deeper(n, self.num_docs, self.window)
+            ids, scores, raw = self._hits(self._search_once(self._body(pairs, n)))
+        if tie_past_window(scores, n, k, self.num_docs, self.window):
+            body, above = after_tie(self._body(pairs, n), scores, raw, k)
+            tied_ids, tied, _ = self._hits(self._search_once(body))
+            ids, scores = [i for i, a in zip(ids, above) if a] + tied_ids, np.concatenate([scores[above], tied])
         order = np.lexsort((np.asarray(ids, dtype=object).astype(str), -scores))[:k] if ids else np.zeros(0, np.int64)
         return TopK(self._numbers([ids[i] for i in order]), anserini_scores(scores[order]))
 
@@ -291,13 +338,13 @@ class OpenSearchIndex:
         header = {"index": self.url.index, "search_type": self.search_type, "allow_partial_search_results": False}
         for pairs in items:
             lines += [header, self._body(pairs, n)]
-        answer = self._retrying(lambda: self.client.request(
-            "POST", "/_msearch", lines, ndjson=True, params={"filter_path": ",".join(f"responses.{k}" for k in _KEEP.split(","))}))
+        keep = {"filter_path": ",".join(f"responses.{part}" for part in _KEEP.split(","))}
+        answer = self._retrying(lambda: self._ask("POST", "/_msearch", lines, search=True, ndjson=True, params=keep))
         responses = answer.get("responses", [])
         for i, response in enumerate(responses):
             if "error" in response:  # one query's failure: that query again alone, for its own error
                 responses[i] = self._search_once(lines[2 * i + 1])
-        return [self._top(pairs, _checked(r, self.path), n, k) for pairs, r in zip(items, responses)]
+        return [self._top(pairs, checked(r, self.path), n, k) for pairs, r in zip(items, responses)]
 
     def submit(self, kind: str, texts: list, k: int, threads: int):
         """Start searching ``texts`` (query texts or term lists' pairs, none empty) in one ``_msearch``
@@ -319,23 +366,13 @@ class OpenSearchIndex:
         return tops
 
 
-def _boost(explanation: dict) -> float | None:
-    """The ``boost`` factor of a BM25 explanation tree (depth first)."""
-    if explanation.get("description") == "boost":
-        return float(explanation["value"])
-    for detail in explanation.get("details", []):
-        if (found := _boost(detail)) is not None:
-            return found
-    return None
-
-
 def open_cluster(url: str, k1: float, b: float, tokenizer=None, flavor: str | None = None,
                  fields: dict[str, float] | None = None) -> OpenSearchIndex:
     """The cluster's index for ``BM25Searcher``: a flat one, so a WordPiece index or tokenizer is refused."""
     if tokenizer is not None or flavor not in (None, "flat"):
-        raise UserError(f"{url} is a flat index on a cluster (bm25aug indexes only flat ones there), not "
-                        f"{flavor or 'a WordPiece one'}; fix: use a flat-target model or plain BM25, or a wp index "
-                        f"folder")
+        raise UserError(f"{ClusterURL.parse(url)} is a flat index on a cluster (bm25aug indexes only flat ones "
+                        f"there), not {flavor or 'a WordPiece one'}; fix: use a flat-target model or plain BM25, or a "
+                        f"wp index folder")
     return OpenSearchIndex(url, k1, b, fields)
 
 
@@ -348,17 +385,3 @@ class _Pending:
 
     def cancel(self) -> None:
         self.future.cancel()
-
-
-def _checked(answer: dict, where: str) -> dict:
-    """``answer`` when every shard answered in time; else an error naming what failed."""
-    shards = answer.get("_shards", {})
-    if shards.get("failed") or shards.get("successful", 0) + shards.get("skipped", 0) < shards.get("total", 0):
-        failure = (shards.get("failures") or [{}])[0]
-        node, reason = failure.get("node", "?"), (failure.get("reason") or {}).get("reason", "unknown")
-        raise UserError(f"{where}: {shards.get('failed', 0)} of {shards.get('total')} shards failed (shard "
-                        f"{failure.get('shard')} on node {node}: {reason}), so the hits would be partial; fix: check "
-                        f"the cluster's health (`bm25aug cluster status`) and search again")
-    if answer.get("timed_out"):
-        raise UserError(f"{where}: the search timed out on some shard, so its hits would be partial; fix: search again")
-    return answer

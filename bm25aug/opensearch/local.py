@@ -156,7 +156,7 @@ def _launch(state: dict, node: dict) -> int:
 def wait_ready(state: dict, nodes: int, timeout: float = START_WAIT_S, status: str = "red") -> None:
     """Wait until ``nodes`` nodes form the cluster (``status`` green: and every shard copy is
     active); a ``StartFailed`` with a dead node's reason, or the last health seen, otherwise."""
-    client = Client(ClusterURL.parse(state["url"], need_index=False), timeout=10)
+    client = Client(ClusterURL.parse(state["url"], need_index=False), timeout=10, credentials=False)
     deadline = time.monotonic() + timeout
     health: dict = {}
     while True:
@@ -229,7 +229,8 @@ def status(root: Path = ROOT) -> dict:
         state["health"] = {"status": "stopped", "number_of_nodes": 0}
         return state
     try:
-        state["health"] = Client(ClusterURL.parse(state["url"], need_index=False), timeout=10).request(
+        state["health"] = Client(ClusterURL.parse(state["url"], need_index=False), timeout=10,
+                                 credentials=False).request(
             "GET", "/_cluster/health")
     except UserError as e:
         state["health"] = {"status": "unreachable", "error": str(e)}

@@ -65,6 +65,33 @@ def is_blank(contents: str) -> bool:
     return not contents.strip(_JAVA_BLANK)
 
 
-def record_of(mapping: dict, index: str) -> dict:
-    """``_meta.bm25aug`` of ``GET /index/_mapping``'s answer (empty: not a bm25aug index)."""
-    return ((mapping.get(index) or {}).get("mappings") or {}).get("_meta", {}).get("bm25aug") or {}
+# What a record holds, and of which type (``record_of`` checks each one that is there).
+RECORD_FIELDS = {"dataset": str, "fingerprint": str, "k1": (int, float), "b": (int, float), "shards": int,
+                 "replicas": int, "state": str, "next": int, "docs": int}
+
+
+def record_of(mapping, index: str, where: str | None = None) -> dict:
+    """``_meta.bm25aug`` of ``GET /index/_mapping``'s answer (empty: not a bm25aug index), each of
+    its fields checked: a record of the wrong shape is an error naming ``where`` and the fix."""
+    entry = mapping.get(index) if isinstance(mapping, dict) else None
+    mappings = entry.get("mappings") if isinstance(entry, dict) else None
+    meta = mappings.get("_meta") if isinstance(mappings, dict) else None
+    record = meta.get("bm25aug") if isinstance(meta, dict) else None
+    if record in (None, {}):
+        return {}
+    bad = ("it is not an object" if not isinstance(record, dict) else
+           next((f"{key!r} is {record[key]!r}" for key, kind in RECORD_FIELDS.items()
+                 if key in record and (not isinstance(record[key], kind) or isinstance(record[key], bool))), None) or
+           next((f"it has no {key!r}" for key in ("state", "k1", "b") if key not in record), None) or
+           (f"its state is {record['state']!r}" if record["state"] not in (COMPLETE, INGESTING) else None))
+    if bad:
+        raise_damaged(where or index, bad)
+    return record
+
+
+def raise_damaged(where: str, why: str):
+    from bm25aug.errors import UserError
+
+    raise UserError(f"{where} has a bm25aug record (_meta.bm25aug in its mapping) that is damaged ({why}), so it "
+                    f"was not made by this bm25aug or was changed since; fix: make it again with `bm25aug index "
+                    f"--dataset NAME --to URL --force`, or search another index")

@@ -30,7 +30,7 @@ from starlette.requests import ClientDisconnect
 from bm25aug import __version__
 from bm25aug.limits import JAVA_INT_MAX
 from bm25aug.serve.guard import RequestGuard
-from bm25aug.serve.schemas import (ERRORS, OVERLOADED, TOO_LARGE, AugmentResponse, DocumentResponse, Health,
+from bm25aug.serve.schemas import (ERRORS, OVERLOADED, TOO_LARGE, UNHEALTHY, AugmentResponse, DocumentResponse, Health,
                                    IndexInfo, SearchResponse, TermsQuery)
 from bm25aug.serve.service import API, LARGE, SearchService, ServeError
 
@@ -173,13 +173,13 @@ def create_app(service: SearchService) -> FastAPI:
             index, body.terms, body.hits, body.parse)))
 
     # {docid:path}: a docid may hold "/" (Wikipedia titles such as AC/DC in FEVER or HotpotQA)
-    @app.get(f"/{API}/{{index}}/doc/{{docid:path}}", response_model=DocumentResponse, responses=ERRORS,
+    @app.get(f"/{API}/{{index}}/doc/{{docid:path}}", response_model=DocumentResponse, responses={**ERRORS, **OVERLOADED},
              tags=["anserini"], summary="Fetch a document by docid")
     async def document(index: str = index_path(), docid: str = Path(description="a document id of the index"),
                        parse: bool = parse_param()) -> Response:
         return _json(await service.document(index, docid, parse))
 
-    @app.get(f"/{API}/{{index}}/augment", response_model=AugmentResponse, responses=ERRORS, tags=["bm25aug"],
+    @app.get(f"/{API}/{{index}}/augment", response_model=AugmentResponse, responses={**ERRORS, **OVERLOADED}, tags=["bm25aug"],
              summary="The query as the model rewrites it: weighted terms, added and reweighted")
     async def augment(index: str = index_path(), query: str = query_param()) -> Response:
         return _json(await service.augment(index, query))
@@ -188,9 +188,13 @@ def create_app(service: SearchService) -> FastAPI:
     async def indexes() -> Response:
         return _json(service.indexes())
 
-    @app.get("/health", response_model=Health, tags=["bm25aug"], summary="Liveness, and batching statistics")
+    @app.get("/health", response_model=Health, responses=UNHEALTHY, tags=["bm25aug"],
+             summary="Liveness, batching statistics, and indexes found unavailable")
     async def health() -> Response:
-        return _json(service.health())
+        answer = service.health()  # 503 while an index is unavailable, so that a load balancer routes around it
+        if answer["status"] == "ok":
+            return _json(answer)
+        return _json(answer, 503, {"Retry-After": str(service.config.retry_after)})
 
     _document_errors_only(app)
     return app

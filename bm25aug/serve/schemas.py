@@ -85,6 +85,7 @@ class Health(BaseModel):
     uptime_s: float
     requests: int
     mean_batch: float
+    problems: dict[str, str] = {}  # index name: why it is unavailable (status "unavailable")
 
 
 class ErrorResponse(BaseModel):
@@ -94,7 +95,10 @@ class ErrorResponse(BaseModel):
 ERRORS = {status: {"model": ErrorResponse, "description": what} for status, what in (
     (400, "Invalid request parameters"), (404, "Unknown index, document or route"),
     (500, "Internal server error (a fault of the server, never of the request)"))}
-OVERLOADED = {503: {"model": ErrorResponse, "description": "Overloaded (the request queue is full) or stopping",
+OVERLOADED = {503: {"model": ErrorResponse, "description": "Overloaded (the request queue is full), stopping, or the "
+                    "index unavailable (its cluster does not answer, or it changed under the server)",
                     "headers": {"Retry-After": {"description": "seconds to wait before retrying",
                                                 "schema": {"type": "integer"}}}}}
 TOO_LARGE = {413: {"model": ErrorResponse, "description": "The request body is over the server's limit"}}
+UNHEALTHY = {503: {"model": Health, "description": "An index is unavailable (status \"unavailable\", its reason "
+                   "in problems)", "headers": OVERLOADED[503]["headers"]}}

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from bm25aug.errors import UserError
+from bm25aug.errors import Unavailable, UserError
 from bm25aug.limits import JAVA_INT_MAX, check_text
 from bm25aug.lucene.ranking import TopK
 from bm25aug.serve.batcher import MicroBatcher, Overloaded
@@ -47,6 +47,9 @@ API = "v1"
 METHODS = ("bm25", "augmented")
 TERMS = "terms"  # the batcher of weighted term lists (BM25 on the client's own weights; multifield: term_fields)
 LARGE = 100  # candidates past which an answer is built on the service's threads, not the event loop's
+# How long /health reports an index unavailable after a request found it so (a 503: its cluster did
+# not answer, or the index changed under the server); an answer from that index clears it sooner.
+UNAVAILABLE_S = 30.0
 
 
 class ServeError(Exception):
@@ -161,6 +164,7 @@ class SearchService:
         self._pool = ThreadPoolExecutor(config.workers, thread_name_prefix="bm25aug-serve")
         self._waiting: set[asyncio.Future] = set()  # requests waiting for a search (the event loop's thread only)
         self.stopping = False
+        self.outages: dict[str, tuple[float, str]] = {}  # index name: when and why it was last unavailable
 
     def _batchers(self) -> list[MicroBatcher]:
         return [batcher for backend in self.backends.values() for batcher in backend.batchers.values()]
@@ -182,13 +186,22 @@ class SearchService:
             batcher.close(max(0.0, deadline - time.monotonic()))
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    async def _result(self, future):
-        """The answer of a search or a read on another thread (a ``concurrent.futures.Future``): its
-        refusal a 400, and a 503 when the server stops first (``stop_waiting``)."""
+    async def _result(self, future, name: str | None = None):
+        """The answer of a search or a read on another thread (a ``concurrent.futures.Future``) for
+        index ``name``: its refusal a 400; a 503 when the index is unavailable (its cluster does not
+        answer, or it changed under the server: ``Unavailable``), or when the server stops first
+        (``stop_waiting``)."""
         waiter = asyncio.wrap_future(future)
         self._waiting.add(waiter)
         try:
-            return await waiter
+            answer = await waiter
+            if name is not None:
+                self.outages.pop(name, None)
+            return answer
+        except Unavailable as e:
+            if name is not None:
+                self.outages[name] = (time.monotonic(), str(e))
+            raise ServeError(503, str(e), e.retry_after) from None
         except UserError as e:
             raise ServeError(400, str(e)) from None
         except asyncio.CancelledError:
@@ -200,12 +213,13 @@ class SearchService:
         finally:
             self._waiting.discard(waiter)
 
-    async def offload(self, fn: Callable, *args):
-        """``fn(*args)`` on the service's own threads (see ``__init__``), its refusals as 400s."""
+    async def offload(self, fn: Callable, *args, name: str | None = None):
+        """``fn(*args)`` on the service's own threads (see ``__init__``) for index ``name``, its
+        refusals as 400s (``_result``)."""
         if self.stopping:
             raise ServeError(503, "the server is stopping; fix: retry the request (on another replica, or here "
                                   "once the server is back)", self.config.retry_after)
-        return await self._result(self._pool.submit(fn, *args))
+        return await self._result(self._pool.submit(fn, *args), name)
 
     # ------------------------------------------------------------------------------ checks
     def backend(self, name: str) -> Backend:
@@ -286,7 +300,7 @@ class SearchService:
         except Overloaded as e:
             why = "the server is stopping" if self.stopping else str(e)
             raise ServeError(503, f"{why}; fix: retry later, or add replicas", e.retry_after) from None
-        top, docs = await self._result(future)
+        top, docs = await self._result(future, backend.spec.name)
         ids = backend.bm25.docids[top.lucene_ids].tolist()
         if len(ids) > LARGE:  # parsing a thousand documents took the event loop from every other request
             return await self.offload(as_candidates, ids, top.scores.tolist(), docs, parse)
@@ -299,7 +313,7 @@ class SearchService:
         if backend.augmented is None:
             raise ServeError(400, f"index {index!r} has no model to augment queries with; fix: serve it with "
                                   f"--model {index}=MODEL_DIR")
-        augmented = await self.offload(backend.augmented.augment, query)
+        augmented = await self.offload(backend.augmented.augment, query, name=index)
         return {"api": API, "index": index, "query": {"text": query}, "terms": augmented.terms,
                 "added": augmented.added,
                 "reweighted": {t: {"bm25": c, "learned": w, "indexed": t not in augmented.unindexed}
@@ -312,10 +326,10 @@ class SearchService:
         # which drop trailing NULs, so '4983\x00' looked up as '4983' (bm25aug.lucene.reader.doc_numbers).
         number = -1
         if isinstance(docid, str) and docid and "\x00" not in docid:  # on the service's threads: a cluster's is a request
-            number = int((await self.offload(backend.bm25.index.doc_numbers, [docid]))[0])
+            number = int((await self.offload(backend.bm25.index.doc_numbers, [docid], name=index))[0])
         if number < 0 or str(backend.bm25.docids[number]) != docid:
             raise ServeError(404, f"index {index!r} has no document {docid!r}; fix: use a docid from its hits")
-        raw = (await self.offload(backend.documents, [number]))[0]
+        raw = (await self.offload(backend.documents, [number], name=index))[0]
         return {"api": API, "index": index, "docid": docid, "doc": parse_document(raw, parse)}
 
     def indexes(self) -> list[dict]:
@@ -325,8 +339,13 @@ class SearchService:
                  "default_method": b.default_method} for name, b in self.backends.items()]
 
     def health(self) -> dict:
-        """Liveness, requests answered and the mean micro-batch size."""
+        """Liveness, requests answered and the mean micro-batch size; ``status`` is ``unavailable``,
+        with each index's reason in ``problems``, while an index was found unavailable within
+        ``UNAVAILABLE_S`` (its cluster down, or the index changed under the server)."""
         batchers = [bt for b in self.backends.values() for bt in b.batchers.values()]
         batches, requests = sum(b.batches for b in batchers), sum(b.requests for b in batchers)
-        return {"status": "ok", "indexes": len(self.backends), "uptime_s": round(time.time() - self.started, 1),
-                "requests": requests, "mean_batch": round(requests / batches, 2) if batches else 0.0}
+        now = time.monotonic()
+        problems = {name: why for name, (when, why) in list(self.outages.items()) if now - when < UNAVAILABLE_S}
+        return {"status": "unavailable" if problems else "ok", "indexes": len(self.backends),
+                "uptime_s": round(time.time() - self.started, 1), "requests": requests,
+                "mean_batch": round(requests / batches, 2) if batches else 0.0, "problems": problems}
