@@ -114,6 +114,11 @@ def resolve(dataset: str | None, corpus: str | None, index: str | None, data_dir
     if len(given) != 1:
         raise UserError(f"adapt reads one corpus, and {'none' if not given else ' and '.join(given)} was given; fix: "
                         f"pass exactly one of --dataset NAME, --corpus FILE, --index DIR")
+    if index and "://" in index:  # the URL itself is not echoed: it may hold credentials
+        raise UserError(f"adapt --index takes an index folder, and {index.split('://')[0]}://... is a URL: adapt reads "
+                        f"each document's terms from Lucene's files, which a cluster does not lend; fix: pass the "
+                        f"corpus (--dataset NAME or --corpus FILE), then serve the adapted model against the cluster "
+                        f"with --index URL")
     if index:
         from bm25aug.lucene.index import IndexMeta
         from bm25aug.lucene.reader import LuceneIndex

@@ -107,6 +107,12 @@ class IndexMeta:
 
 
 def index_path(dataset_name: str, flavor: str, root: str | Path | None = None) -> Path:
+    """Where ``dataset_name``'s ``flavor`` index folder is, under ``root`` (a folder, never a URL:
+    training and adapt read Lucene's files, which a cluster does not lend)."""
+    if "://" in str(root or ""):  # the URL itself is not echoed: it may hold credentials
+        raise UserError(f"--index-root takes a folder, and {str(root).split('://')[0]}://... is a URL; training "
+                        f"and adapt read an index folder, not a cluster; fix: drop --index-root (indexes/) or pass a "
+                        f"folder, and search the cluster with `bm25aug search --index URL`")
     return Path(root or INDEX_ROOT) / f"{dataset_name}.{flavor}"
 
 

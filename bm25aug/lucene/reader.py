@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bm25aug.cache import DF_ENTRIES, LRU
 from bm25aug.errors import UserError
 from bm25aug.lucene.jvm import JNI_LOCK, anserini_jar, jclass, process_wide
 from bm25aug.limits import MAX_CLAUSES, check
@@ -149,20 +150,22 @@ class LuceneIndex:
         self._sorted_ids = self.docids[self.by_id]
         self.id_rank = np.empty(len(self.docids), np.int64)
         self.id_rank[self.by_id] = np.arange(len(self.docids))
-        self._df: dict[tuple[str, str], int] = {}  # a model proposes terms from a fixed vocabulary
+        # bounded (bm25aug.cache.DF_ENTRIES): a model's vocabulary stays cached; a flood of new words cannot grow it
+        self._df = LRU(DF_ENTRIES)
         self.batch_functions: dict[tuple[str, int], object] = {}  # bm25aug.lucene.batch.search_function
 
     def doc_freq(self, term: str, field: str = FIELD) -> int:
         """Documents that contain ``term`` (not analyzed), cached per term."""
         if (df := self._df.get((field, term))) is None:
             with JNI_LOCK:
-                df = self._df[field, term] = int(self.reader.docFreq(jclass("org.apache.lucene.index.Term")(field, term)))
+                df = int(self.reader.docFreq(jclass("org.apache.lucene.index.Term")(field, term)))
+            self._df.put((field, term), df)
         return df
 
     def doc_freqs(self, terms, field: str = FIELD) -> dict[str, int]:
         """``doc_freq`` of each term."""
         cached = self._df.get  # inline for the known terms: a model's term list checks each (indexed)
-        return {t: cached((field, t)) or self.doc_freq(t, field) for t in terms}
+        return {t: df if (df := cached((field, t))) is not None else self.doc_freq(t, field) for t in terms}
 
     def stored(self, numbers: list[int]) -> list[str | None]:
         """The raw stored document (Anserini's ``raw`` field) of each Lucene doc number."""

@@ -61,6 +61,11 @@ def weight_unfit(weight) -> str | None:
     """Why ``weight`` cannot be a term's weight, or None: the one rule (module docstring)."""
     if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
         return "not a number"
+    try:
+        float(weight)
+    except OverflowError:  # an integer too large for a float (Python's ints have no bound)
+        return "negative (a negative boost is no boost)" if weight < 0 else \
+            f"over {MAX_TERM_WEIGHT:g}, which would overflow Lucene's 32-bit scores"
     if not math.isfinite(weight):
         return "not finite"
     if weight < 0:
@@ -84,8 +89,14 @@ def check_terms(terms: dict[str, float]) -> dict[str, float]:
         if why := term_unfit(term):
             raise UserError(f"term {str(term)[:80]!r} {why}; {FIX}")
         if why := weight_unfit(weight):
-            raise UserError(f"the weight of {term[:80]!r} is {weight!r}, {why}; {WEIGHT_FIX}")
+            raise UserError(f"the weight of {term[:80]!r} is {_shown(weight)}, {why}; {WEIGHT_FIX}")
     return terms
+
+
+def _shown(weight) -> str:
+    """A weight as a message shows it: a huge integer's digits cut short."""
+    text = repr(weight)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
 
 
 def _plainly_fit(terms: dict) -> bool:
@@ -99,7 +110,7 @@ def _plainly_fit(terms: dict) -> bool:
                 and math.isfinite(sum(weights)) and max(weights) <= MAX_TERM_WEIGHT
                 and (low >= MIN_TERM_WEIGHT or (low == 0 and all(w == 0 or w >= MIN_TERM_WEIGHT for w in weights)))
                 and not any(type(w) is bool for w in weights))
-    except (TypeError, UnicodeEncodeError):
+    except (TypeError, UnicodeEncodeError, OverflowError):
         return False
 
 
