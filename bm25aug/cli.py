@@ -128,6 +128,9 @@ def _eval_parser(sub) -> None:
     p.add_argument("--no-companions", dest="companions", action="store_false",
                    help="run only --method (augmented otherwise brings bm25-flat, bm25-wp, bm25-rm3, bm25-rocchio)")
     p.add_argument("--run", help="score this TREC run file instead of searching")
+    p.add_argument("--dense-model", help="the dense peer of --method dense and hybrid (default: "
+                                         "bge-small-en-v1.5; all-MiniLM-L6-v2, a Hub name, a model folder or "
+                                         "KIND=FOLDER)")
     p.add_argument("--output", help="write the run of --method as a TREC run file")
     p.add_argument("--json-out", help="write the metrics as one JSON object")
     _data_args(p)

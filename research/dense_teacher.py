@@ -11,8 +11,10 @@ three zero-shot. This runs train.py's training unchanged except for one term of 
 divergence (weight ``--distill-weight``, 1 by default) from the dense model's softmax over each
 batch's documents, its cosines divided by ``--dense-temperature``, to the student's BM25 softmax,
 as ``--teacher`` does with a bm25aug model. The dense model reads the student's own token ids (the
-same uncased vocabulary) and the corpus embeddings the dense peer caches. Evaluate the run with
-``eval.py --transfer``, as the other leave-one-out candidates.
+same uncased vocabulary) and the corpus embeddings the dense peer caches. It is all-MiniLM-L6-v2,
+named (``TEACHER``), not the dense peer's default (bge-small-en-v1.5): MiniLM reads a query's ids
+as they are, while bge-small expects an instruction before each query, which the student's ids
+lack. Evaluate the run with ``eval.py --transfer``, as the other leave-one-out candidates.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import numpy as np
 import torch
 
 from bm25aug.cli import main as cli_main
-from bm25aug.search.dense import DenseEncoder, corpus_embeddings
+from bm25aug.dense.embeddings import corpus_embeddings
+from bm25aug.dense.loading import load_dense_model
 from bm25aug.train import command
 from bm25aug.train.corpora import TrainingCorpus
 from bm25aug.train.trainer import Trainer
@@ -35,10 +38,11 @@ class DenseTeacherTrainer(Trainer):
     (its ``teacher_scores`` hook)."""
 
     temperature = 0.05  # sentence-transformers' contrastive scale of 20
+    TEACHER = "all-MiniLM-L6-v2"
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.dense = DenseEncoder()
+        self.dense = load_dense_model(self.TEACHER)
         self.doc_vectors = {c.name: torch.from_numpy(corpus_embeddings(c.bm25.index, self.dense)[0])
                             for c in self.corpora}
         self._report_alignment()
@@ -46,8 +50,8 @@ class DenseTeacherTrainer(Trainer):
     @torch.no_grad()
     def teacher_scores(self, corpus: TrainingCorpus, qb, rows: list[int]) -> torch.Tensor:
         """Queries x the batch's documents: cosine over the temperature."""
-        ids, attention = (torch.from_numpy(x) for x in (qb.input_ids, qb.attention_mask))
-        queries = self.dense.embed(ids, attention)
+        ids, attention = (np.asarray(x, np.int64) for x in (qb.input_ids, qb.attention_mask))
+        queries = torch.from_numpy(self.dense.embed_ids(ids, attention))
         return (queries @ self.doc_vectors[corpus.name][rows].T / self.temperature).to(self.device)
 
     def _report_alignment(self) -> None:

@@ -1,5 +1,6 @@
-"""The dense peer (all-MiniLM-L6-v2, exact inner product) and its RRF hybrid with bm25-flat, on the
-tiny corpus: exact search against a brute-force reference, the cache, and the fusion rule."""
+"""The dense peer with all-MiniLM-L6-v2 (the option; bge-small-en-v1.5, the default, is
+tests/test_dense_bge.py), exact inner product, and its RRF hybrid with bm25-flat, on the tiny
+corpus: exact search against a brute-force reference, the cache, and the fusion rule."""
 
 from __future__ import annotations
 
@@ -12,24 +13,25 @@ from bm25aug.search.bm25 import BM25Searcher
 
 @pytest.fixture(scope="module")
 def dense(tiny_wp, tmp_path_factory):
-    """The tiny flat index's dense searcher, its embeddings cached in a temporary folder."""
-    from bm25aug.search import dense
+    """The tiny flat index's dense searcher (MiniLM), its embeddings cached in a temporary folder."""
+    from bm25aug.dense import embeddings
+    from bm25aug.search.dense import DenseSearcher
 
-    saved, dense.CACHE_ROOT = dense.CACHE_ROOT, tmp_path_factory.mktemp("cache")
-    yield dense.DenseSearcher(tiny_wp[2])
-    dense.CACHE_ROOT = saved
+    saved, embeddings.CACHE_ROOT = embeddings.CACHE_ROOT, tmp_path_factory.mktemp("cache")
+    yield DenseSearcher(tiny_wp[2], model="all-MiniLM-L6-v2")
+    embeddings.CACHE_ROOT = saved
 
 
 def test_dense_is_exact_inner_product_over_every_document(dense, tiny_wp):
     ds, _, _ = tiny_wp
-    assert dense.embeddings.shape == (len(ds.corpus), 384)
+    assert dense.model.name == "all-MiniLM-L6-v2" and dense.embeddings.shape == (len(ds.corpus), 384)
     assert np.allclose(np.linalg.norm(dense.embeddings, axis=1), 1, atol=1e-5)
     # rows are Lucene doc numbers: each row is its own document's contents, encoded alone
     for row, docid in enumerate(dense.docids):
-        alone = dense.encoder.encode([ds.corpus[docid].contents])[0]
+        alone = dense.model.encode_documents([ds.corpus[docid].contents])[0]
         assert np.allclose(dense.embeddings[row], alone, atol=1e-5)
     query = "big cats lions"
-    scores = dense.embeddings @ dense.encoder.encode([query])[0]
+    scores = dense.embeddings @ dense.model.encode_queries([query])[0]
     expected = sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:3]
     top = dense.search_arrays(query, 3)
     assert top.lucene_ids.tolist() == expected and dense.hits(top)[0].docid == "d3"
@@ -41,14 +43,14 @@ def test_dense_is_exact_inner_product_over_every_document(dense, tiny_wp):
 def test_embeddings_are_cached_with_their_cost(dense, tiny_wp):
     from bm25aug.search.dense import DenseSearcher
 
-    again = DenseSearcher(tiny_wp[2], dense.encoder)
+    again = DenseSearcher(tiny_wp[2], dense.model)
     assert np.array_equal(again.embeddings, dense.embeddings) and again.encode_seconds == dense.encode_seconds > 0
 
 
 def test_hybrid_is_reciprocal_rank_fusion(dense, tiny_wp, monkeypatch):
     from bm25aug.search import dense as module
 
-    monkeypatch.setattr(module, "DenseSearcher", lambda index_dir: dense)
+    monkeypatch.setattr(module, "DenseSearcher", lambda index, model=None: dense)
     hybrid = module.HybridSearcher(tiny_wp[2], 0.9, 0.4)
     sparse = TopK(np.array([3, 1]), np.array([2.0, 1.0], np.float32))
     vectors = TopK(np.array([1, 5, 3]), np.array([0.9, 0.8, 0.7], np.float32))

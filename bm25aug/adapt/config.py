@@ -10,7 +10,7 @@ from bm25aug.errors import UserError
 
 KINDS = ("sentence", "title", "keyphrase", "span", "mix")
 LOSSES = ("kl", "margin-mse")
-TEACHERS = ("dense",)
+TEACHERS = ("dense", "dense:all-MiniLM-L6-v2", "dense:bge-small-en-v1.5")  # "dense": adapt.teacher.ADAPT_TEACHER
 
 # TrainConfig settings adapt sets unless told otherwise (its others are TrainConfig's: 30 BM25
 # candidates a query, no random negatives). The pseudo-queries are many and alike, so fewer passes.

