@@ -237,30 +237,30 @@ def status(root: Path = ROOT) -> dict:
     return state
 
 
+def _ended(root: Path, then) -> tuple[int, dict, object] | None:
+    """Under the folder's lock: end the nodes of the cluster in ``root``, then ``then(root, state)``;
+    how many were running, the state and what ``then`` gave (None: ``root`` holds no cluster)."""
+    root = folder.folder(root)
+    with folder.lock(root):
+        if (state := folder.read(root)) is None:
+            return None
+        return _end(state["nodes"]), state, then(root, state)
+
+
 def stop(root: Path = ROOT) -> int | None:
     """End every node of the cluster in ``root``, keeping its folder and data; how many nodes were
     running (None: ``root`` holds no cluster)."""
-    root = folder.folder(root)
-    with folder.lock(root):
-        state = folder.read(root)
-        if state is None:
-            return None
-        ended = _end(state["nodes"])
-        folder.write(root, state)
-    return ended
+    done = _ended(root, folder.write)
+    return None if done is None else done[0]
 
 
 def delete(root: Path = ROOT) -> dict | None:
     """End the cluster's nodes if they run and remove what it wrote in ``root`` (``root`` too, when
     nothing else is in it): ``stopped`` nodes, the ``nodes`` removed, the names ``kept`` in ``root``
     (None: ``root`` holds no cluster)."""
-    root = folder.folder(root)
-    with folder.lock(root):
-        state = folder.read(root)
-        if state is None:
-            return None
-        ended = _end(state["nodes"])
-        kept = folder.remove(root, state)
+    if (done := _ended(root, folder.remove)) is None:
+        return None
+    ended, state, kept = done
     return {"stopped": ended, "nodes": [node["name"] for node in state["nodes"]], "kept": kept}
 
 
