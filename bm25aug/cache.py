@@ -1,7 +1,8 @@
 """``LRU``: a mapping of bounded size that forgets the entry used longest ago, for every cache a
 client can grow (a document frequency per query word, in process and on a cluster).
 
-Thread-safe: a lookup and an insertion each hold one lock for a few dictionary operations.
+Thread-safe: an insertion holds one lock for its few dictionary operations; a lookup takes none
+(it is on search's hot path: each query checks its terms), each of its steps atomic under the GIL.
 """
 
 from __future__ import annotations
@@ -26,12 +27,17 @@ class LRU:
         self._lock = threading.Lock()
 
     def get(self, key, default=None):
-        with self._lock:
-            try:
-                self._items.move_to_end(key)
-            except KeyError:
-                return default
-            return self._items[key]
+        # No lock: each dict operation is atomic under the GIL, and a ``put`` that drops ``key``
+        # between the two only makes this a miss or leaves it unrefreshed (a cache's usual race).
+        try:
+            value = self._items[key]
+        except KeyError:
+            return default
+        try:
+            self._items.move_to_end(key)
+        except KeyError:
+            pass
+        return value
 
     def put(self, key, value) -> None:
         with self._lock:

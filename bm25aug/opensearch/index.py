@@ -277,13 +277,13 @@ class OpenSearchIndex:
         try:
             answer = self.client.request(method, path, body, **options)
         except ClusterError as e:
-            # a 404 on a request about the index: it, or its shards, are gone (a search that meets a
-            # shard deleted between two phases is a 404 search_phase_execution_exception)
-            if e.kind == "index_not_found_exception" or e.status == 404:
+            # a 404 on a request about the index: it, or its shards, are gone (index_not_found_exception,
+            # or a search_phase_execution_exception for a shard deleted between a search's two phases)
+            if e.status == 404:
                 self.watch.gone()
             raise
         responses = answer.get("responses", [answer])
-        if any(error_kind(r) == "index_not_found_exception" or (isinstance(r, dict) and r.get("status") == 404)
+        if any(isinstance(r, dict) and (r.get("status") == 404 or error_kind(r) == "index_not_found_exception")
                for r in responses):
             self.watch.gone()
         empty = search and any(not r.get("hits", {}).get("hits") for r in responses if isinstance(r, dict))
