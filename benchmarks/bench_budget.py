@@ -24,7 +24,7 @@ from bm25aug.eval.checkpoints import checkpoint_dev, resolve_checkpoint
 from bm25aug.eval.metrics import evaluate_split
 from bm25aug.io import write_json
 from bm25aug.lucene.index import ensure_index
-from bm25aug.model.onnx_encoder import load_encoder
+from bm25aug.model.loading import load_encoder
 from bm25aug.search.augmented import AugmentedSearcher
 from bm25aug.search.bm25 import BM25Searcher, mean_added_terms
 from timing import paired_qps

@@ -10,9 +10,10 @@ on SciFact's 300 test queries, k=1000:
 * QPS of bm25-flat (query texts) and augmented (term lists the model wrote beforehand, so the
   encoder is not timed), on 1 and 2 threads, for in-process Lucene, 1 shard, 2 shards, and 2
   shards with shard-local statistics (``?stats=local``, no DFS round trip);
-* where a cluster query's time goes, one query at a time on 2 shards: JSON (our encoding of the
-  request and decoding of the answer), the cluster's own time (``took``: DFS, query and fetch
-  phases with their scatter and gather between the nodes), and HTTP (the rest of the round trip).
+* where a cluster query's time goes, one query at a time on 2 shards, through public calls only
+  (``search_request``, ``Client.request``): JSON (opensearch-py's serializer encoding the request
+  and decoding the answer), the cluster's own time (``took``: DFS, query and fetch phases with their
+  scatter and gather between the nodes), and HTTP (the rest of the round trip).
 
 ``scale1m`` is ``benchmarks/scale.py``'s SciFact padded to 1M passages (written once). The machine
 is one 2-core box: both nodes, the client and in-process Lucene share it, so the ratios, not the
@@ -65,33 +66,31 @@ def cluster_index(dataset, base: str, shards: int) -> str:
 
 
 def breakdown(searcher, term_lists: list[dict], k: int) -> dict:
-    """Milliseconds a query, median over the queries: JSON, the cluster's own time, HTTP."""
-    from bm25aug.opensearch.client import _encode
-
+    """Milliseconds a query, median over the queries, of the product's own request
+    (``OpenSearchIndex.search_request``, sent by ``Client.request`` through opensearch-py): the whole
+    round trip; JSON (its serializer encoding the request and decoding an answer of that size,
+    timed aside); the cluster's own time (``took``); HTTP (the rest)."""
     index = searcher.index
-    client, host = index.client, index.url.hosts[0]
+    serializer = index.client.opensearch.transport.serializer
     parts = {"json": [], "cluster": [], "http": [], "total": []}
-    headers = {"Content-Type": "application/json"}
-    path = f"/{index.url.index}/_search?" + "&".join(f"{k}={v}" for k, v in index._params().items())
     for terms in term_lists:
         pairs = index.terms_element(terms)
         if pairs is None:
             continue
+        request = index.search_request(pairs, k)
         start = time.perf_counter()
-        data = _encode(index._body(pairs, index.depth(k)), False)
-        encoded = time.perf_counter()
-        status, payload = client._send(host, "POST", path, data, headers, None)
+        answer = index.client.request(request.method, request.path, request.body, params=request.params)
         answered = time.perf_counter()
-        answer = json.loads(payload)
-        if status != 200:
-            raise SystemExit(f"the cluster answered {status}: {str(answer)[:300]}")
-        took = answer["took"]
+        text = serializer.dumps(answer)
+        coded = time.perf_counter()
+        serializer.dumps(request.body)
+        serializer.loads(text)
         done = time.perf_counter()
-        round_trip = (answered - encoded) * 1000
-        parts["json"].append((encoded - start + done - answered) * 1000)
-        parts["cluster"].append(float(took))
-        parts["http"].append(max(round_trip - took, 0.0))
-        parts["total"].append((done - start) * 1000)
+        total, json_ms = (answered - start) * 1000, (done - coded) * 1000
+        parts["json"].append(json_ms)
+        parts["cluster"].append(float(answer["took"]))
+        parts["http"].append(max(total - json_ms - answer["took"], 0.0))
+        parts["total"].append(total)
     return {key: float(np.median(values)) for key, values in parts.items()}
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from bm25aug.data.registry import load_dataset
 from bm25aug.errors import UserError
 from bm25aug.eval.checkpoints import resolve_checkpoint
-from bm25aug.model.onnx_encoder import load_encoder
+from bm25aug.model.loading import load_encoder
 from bm25aug.model.packaged import is_packaged
 from bm25aug.lucene.index import ensure_index
 from bm25aug.io import write_json

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 __version__ = "0.1.0"
-__all__ = ["AugmentedSearcher", "BM25Searcher", "QueryAugmenter", "load_dataset"]
+__all__ = ["AugmentedSearcher", "BM25Searcher", "HybridSearcher", "QueryAugmenter", "load_dataset"]
 
 
 def __getattr__(name: str):
@@ -16,6 +16,10 @@ def __getattr__(name: str):
         from bm25aug.search.bm25 import BM25Searcher
 
         return BM25Searcher
+    if name == "HybridSearcher":
+        from bm25aug.search.hybrid import HybridSearcher
+
+        return HybridSearcher
     if name == "QueryAugmenter":
         from bm25aug.model.augmenter import QueryAugmenter
 

@@ -12,17 +12,17 @@ import sys
 
 from bm25aug.errors import UserError, os_error_message, silence_stdout, stdout_gone
 from bm25aug.limits import RUNTIMES
-from bm25aug.lucene.reader import B, K1
+from bm25aug.bm25_defaults import B, K1
 
 log = logging.getLogger("bm25aug")
 # The module whose ``run(args)`` does each command.
-COMMANDS = {"index": "bm25aug.lucene.index", "train": "bm25aug.train.command", "eval": "bm25aug.eval.command",
-            "search": "bm25aug.search.command", "export": "bm25aug.model.export",
+COMMANDS = {"index": "bm25aug.search.index_command", "train": "bm25aug.train.command", "eval": "bm25aug.eval.command",
+            "search": "bm25aug.search.command", "export": "bm25aug.eval.export_command",
             "serve": "bm25aug.serve.command", "adapt": "bm25aug.adapt.command",
-            "cluster": "bm25aug.opensearch.local", "index --to": "bm25aug.opensearch.ingest"}
+            "cluster": "bm25aug.opensearch.local"}
 
 
-def _setup_logging() -> None:
+def setup_logging() -> None:
     """Our own progress at INFO; every other library (onnxruntime's quantizer logs each tensor on the
     root logger, jnius, transformers, ...) only at WARNING."""
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -128,12 +128,23 @@ def _eval_parser(sub) -> None:
     p.add_argument("--no-companions", dest="companions", action="store_false",
                    help="run only --method (augmented otherwise brings bm25-flat, bm25-wp, bm25-rm3, bm25-rocchio)")
     p.add_argument("--run", help="score this TREC run file instead of searching")
-    p.add_argument("--dense-model", help="the dense peer of --method dense and hybrid (default: "
-                                         "bge-small-en-v1.5; all-MiniLM-L6-v2, a Hub name, a model folder or "
-                                         "KIND=FOLDER)")
+    _fusion_args(p, "--method dense, hybrid and augmented-hybrid")
     p.add_argument("--output", help="write the run of --method as a TREC run file")
     p.add_argument("--json-out", help="write the metrics as one JSON object")
     _data_args(p)
+
+
+def _fusion_args(p, what: str) -> None:
+    """The dense peer and the fusion of a hybrid (``bm25aug.search.hybrid``)."""
+    from bm25aug.search.hybrid import DEFAULT_FUSION, FUSIONS
+
+    p.add_argument("--dense-model", help=f"the dense peer of {what} (default: bge-small-en-v1.5; "
+                                         "all-MiniLM-L6-v2, a Hub name, a model folder or KIND=FOLDER)")
+    p.add_argument("--fusion", choices=FUSIONS, help=f"how a hybrid fuses (default: {DEFAULT_FUSION.method})")
+    p.add_argument("--fusion-weight", type=float, help="interpolation: the sparse side's share, 0 to 1 (default: "
+                                                       f"{DEFAULT_FUSION.weight:g})")
+    p.add_argument("--fusion-depth", type=int, help="hits each side of a hybrid contributes, at least the k asked for "
+                                                    f"(default: {DEFAULT_FUSION.depth})")
 
 
 def _export_parser(sub) -> None:
@@ -162,6 +173,9 @@ def _search_parser(sub) -> None:
                                    "vector {term: weight}): plain BM25 on those weights")
     p.add_argument("--output", help="with --queries or --terms: the TREC run file to write (default: standard output)")
     p.add_argument("--k", type=int, help="hits per query (default: 10 for --query, 1000 for --queries)")
+    p.add_argument("--hybrid", action="store_true", help="fuse BM25 (or --model's term lists) with the dense peer, "
+                                                         "on a flat index folder")
+    _fusion_args(p, "--hybrid")
     _bm25_args(p)
     _runtime_arg(p)
     p.add_argument("--threads", type=int, default=max(1, os.cpu_count() or 1), help="search threads for --queries")
@@ -177,6 +191,8 @@ def _serve_parser(sub) -> None:
                                                     "OpenSearch index URL to serve (repeat for more; a bare PATH is "
                                                     "named after its folder)")
     p.add_argument("--model", action="append", help="NAME=PATH: a model folder that rewrites NAME's queries")
+    p.add_argument("--dense", action="append", help="NAME=MODEL: a dense model (e.g. bge-small-en-v1.5) that NAME, a "
+                                                    "flat index folder, is also searched with: methods dense and hybrid")
     p.add_argument("--config", help="a YAML file of the indexes and settings (docs/usage-serve.md)")
     p.add_argument("--mcp", action="store_true", help="serve MCP tools instead of the REST API")
     p.add_argument("--transport", default=TRANSPORTS[0], choices=TRANSPORTS, help="with --mcp (default: stdio)")
@@ -197,7 +213,10 @@ def _serve_parser(sub) -> None:
                              ("unread-budget-mb", int, "MB of answers waiting on slow readers, all together"),
                              ("max-terms", int, "terms of one weighted query"),
                              ("max-body-bytes", int, "largest request body"),
-                             ("k1", float, "BM25 k1"), ("b", float, "BM25 b")):
+                             ("k1", float, "BM25 k1"), ("b", float, "BM25 b"),
+                             ("fusion", str, "hybrid's fusion: rrf or interpolation"),
+                             ("fusion-weight", float, "hybrid interpolation's sparse share"),
+                             ("fusion-depth", int, "hits each side of a hybrid contributes")):
         p.add_argument(f"--{flag}", type=kind, help=f"{what} (default: {getattr(d, flag.replace('-', '_'))})")
     for flag, what in (("allowed-hosts", "Host header names answered, any port"),
                        ("allowed-origins", "Origin headers answered (browser pages)")):
@@ -219,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     from bm25aug.interrupts import install
     from bm25aug.limits import check_all
 
-    _setup_logging()
+    setup_logging()
     install()  # SIGTERM, as Ctrl-C, unwinds through cleanup (bm25aug.interrupts)
     args = build_parser().parse_args(argv)
     if args.command != "index":
@@ -228,8 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         quiet_libraries()
     try:
         check_all(args)
-        command = "index --to" if args.command == "index" and args.to else args.command
-        importlib.import_module(COMMANDS[command]).run(args)
+        importlib.import_module(COMMANDS[args.command]).run(args)
         sys.stdout.flush()  # here, so that a reader that left early is a BrokenPipeError below, not at exit
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -84,6 +84,9 @@ RANGES: dict[str, Range] = {
     "fb_terms": Range(1, 1000, integer=True, note="RM3 feedback terms"),
     "fb_docs": Range(1, 1000, integer=True, note="RM3 feedback documents"),
     "original_weight": Range(0, 1, note="RM3's weight on the original query"),
+    "fusion_weight": Range(0, 1, note="hybrid interpolation's share of the sparse side; the dense side gets the rest"),
+    "fusion_depth": Range(1, JAVA_INT_MAX, integer=True, note="hits each side of a hybrid contributes"),
+    "rrf_k": Range(0, 1_000_000, integer=True, note="reciprocal rank fusion's constant, e.g. 60"),
     # qrels: trec_eval sizes its tables by the largest grade (2^31 took 16.8 GB) and stores grades in 32 bits
     "grade": Range(-1000, 1000, integer=True, note="graded qrels use small integers such as 0, 1, 2"),
     # training

@@ -25,7 +25,8 @@ import numpy as np
 from bm25aug.data.registry import load_dataset
 from bm25aug.errors import UserError
 from bm25aug.eval.checkpoints import resolve_checkpoint
-from bm25aug.model.onnx_encoder import load_encoder, onnx_session
+from bm25aug.model.onnx_encoder import onnx_session
+from bm25aug.model.loading import load_encoder
 
 
 def stage_times(encoder, queries: list[str]) -> dict[str, float]:
@@ -102,7 +103,7 @@ def main() -> None:
     print(" | ".join(f"{name} {ms:.3f}" for name, ms in stages.items()))
     batched = batch_times(encoder, queries)
     print("session.run, ms per query with B queries a pass: " + " | ".join(f"B={b} {ms:.3f}" for b, ms in batched.items()))
-    ops = operator_times(encoder.session._model_path, encoder, queries)
+    ops = operator_times(encoder.onnx_path, encoder, queries)
     print(f"\noperators, ms per query (ONNX Runtime profile; their sum {sum(ops.values()):.3f}):")
     for name, ms in sorted(ops.items(), key=lambda kv: -kv[1])[:args.top]:
         print(f"  {ms:.3f}  {name}")

@@ -35,14 +35,14 @@ def main() -> None:
 
     import torch
 
-    from bm25aug.cli import _setup_logging
+    from bm25aug.cli import setup_logging
     from bm25aug.data.registry import load_dataset
     from bm25aug.lucene.index import ensure_index
     from bm25aug.train.arguments import TrainConfig
     from bm25aug.train.torch_bm25 import TorchBM25
     from bm25aug.train.trainer import Trainer
 
-    _setup_logging()
+    setup_logging()
     if args.threads:
         torch.set_num_threads(args.threads)
     scratch = Path(tempfile.mkdtemp(prefix="profile_training."))
@@ -124,7 +124,7 @@ def main() -> None:
                 "torch_threads": torch.get_num_threads(), "parts_ms": {k: v / steps * 1000 for k, v in parts.items()},
                 "rest_ms": max(other, 0) / steps * 1000,
                 "dev_s": spent["dev"], "dev_queries": dev_queries, "query_side": args.query_side})
-        trainer._lock.release()
+        trainer.release()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

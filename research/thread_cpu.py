@@ -7,7 +7,7 @@ bm25-flat ``batch_search_arrays`` over the split's queries (k=1000) on 1 and 2 t
 queries). Prints wall ms per query and each thread group's CPU ms per query, read from
 ``/proc/self/task`` (Linux only), and how often Python woke up to see whether a batch was done:
 what keeps two threads from halving the wall time; first, how many queries tie past
-``reader.TIE_MARGIN`` hits beyond the k-th (those are searched again); last, Python's own steps
+``bm25aug.ranking.TIE_MARGIN`` hits beyond the k-th (those are searched again); last, Python's own steps
 per query on one chunk's hits (``python_steps``), and how much CPU a query would have to shed for
 two threads to reach 1.7x one.
 """
@@ -77,8 +77,8 @@ def python_steps(flat: BM25Searcher, queries: list[str], repeat: int = 20) -> di
     """Microseconds per query of each Python step of ``PendingSearch.result`` on one chunk of
     ``queries``, searched once on the Java pool and then timed ``repeat`` times."""
     from bm25aug.lucene.batch import JavaBatch, search_function
-    from bm25aug.lucene.ranking import PAIRS, anserini_top
-    from bm25aug.lucene.reader import ANALYZED
+    from bm25aug.ranking import PAIRS, anserini_top
+    from bm25aug.backend import ANALYZED
 
     index, n = flat.index, flat.index.depth(1000)
     packed = JavaBatch(search_function(index, ANALYZED, n), queries, 1).future.get()

@@ -103,3 +103,25 @@ def flat_model():
     from bm25aug.model.augmenter import QueryAugmenter
 
     return QueryAugmenter.from_encoder(target="flat").eval()
+
+
+class Interrupted(Exception):
+    """What ``Counting`` raises, as an interrupted encoding would."""
+
+
+class Counting:
+    """A peer's model (dense or SPLADE) that counts the documents it encodes; after ``fail_after``
+    calls it raises ``Interrupted``, as an interrupted encoding would."""
+
+    def __init__(self, model, fail_after: int | None = None):
+        self.model, self.name, self.dim, self.digest = model, model.name, model.dim, model.digest
+        self.documents, self.calls, self.fail_after = 0, 0, fail_after
+
+    def encode_queries(self, texts):
+        return self.model.encode_queries(texts)
+
+    def encode_documents(self, texts):
+        if self.fail_after is not None and self.calls >= self.fail_after:
+            raise Interrupted
+        self.calls, self.documents = self.calls + 1, self.documents + len(texts)
+        return self.model.encode_documents(texts)

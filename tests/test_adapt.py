@@ -116,7 +116,7 @@ def test_the_gate_serves_plain_bm25_when_the_teacher_prefers_bm25(tiny_wp, tmp_p
 def test_the_adapted_term_lists_are_exports(tiny_wp, tmp_path, monkeypatch):
     """AugmentedSearcher searches the term lists `bm25aug export` writes for the adapted folder."""
     from bm25aug.model.export import export_term_lists
-    from bm25aug.model.onnx_encoder import load_encoder
+    from bm25aug.model.loading import load_encoder
     from bm25aug.search.augmented import AugmentedSearcher
 
     monkeypatch.setattr("bm25aug.adapt.teacher.make_teacher", lambda name, index: ReverseTeacher())
@@ -196,7 +196,7 @@ def test_a_corpus_file_and_a_stock_index_are_read(tmp_path):
 def test_the_teacher_reads_a_stock_beir_documents_title_and_text():
     """A stock index may store BEIR's ``{"_id", "title", "text"}``, not ``contents``: the teacher encodes
     what adapt's pseudo-queries read, not an empty string."""
-    from bm25aug.search.dense import _contents
+    from bm25aug.dense.corpus_cache import contents_text as contents
 
-    assert _contents('{"_id": "d1", "title": "Aspirin", "text": "lowers fever"}') == "Aspirin lowers fever"
-    assert _contents('{"id": "d1", "contents": "Aspirin lowers fever"}') == "Aspirin lowers fever"
+    assert contents('{"_id": "d1", "title": "Aspirin", "text": "lowers fever"}') == "Aspirin lowers fever"
+    assert contents('{"id": "d1", "contents": "Aspirin lowers fever"}') == "Aspirin lowers fever"

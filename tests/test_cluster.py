@@ -111,6 +111,63 @@ def test_augmented_through_the_cluster_equals_in_process(cluster, flat, scifact)
                    cluster_searcher.batch_search_terms_arrays(lists, 100, threads=2))
 
 
+def test_a_client_the_user_built_searches_as_the_url(cluster, flat, scifact, tiny_beir):
+    """Issue 60: an ``opensearchpy.OpenSearch`` client built here (its own connection class that
+    notes each request, its own timeout and header) passed in: bm25-flat and augmented term lists
+    give the URL's own client's top 10 exactly, and in-process Lucene's (ids and scores), for
+    SciFact's test queries; every request went through that client; an ingest through it too; and
+    closing the index leaves it open."""
+    from opensearchpy import OpenSearch, Urllib3HttpConnection
+
+    from bm25aug.data.registry import load_dataset
+    from bm25aug.errors import UserError
+    from bm25aug.backend import ANALYZED, TERMS
+    from bm25aug.bm25_defaults import B, K1
+    from bm25aug.opensearch.index import OpenSearchIndex, open_cluster
+    from bm25aug.opensearch.ingest import ingest
+    from bm25aug.search.augmented import AugmentedSearcher
+    from bm25aug.search.bm25 import BM25Searcher
+
+    seen = []
+
+    class Noting(Urllib3HttpConnection):
+        def perform_request(self, method, url, *args, **kwargs):
+            seen.append((method, url))
+            return super().perform_request(method, url, *args, **kwargs)
+
+    state, url = cluster
+    hosts = [{"host": "127.0.0.1", "port": node["http"]} for node in state["nodes"]]
+    theirs = OpenSearch(hosts=hosts, connection_class=Noting, timeout=60, headers={"x-opaque-id": "team-search"})
+    given, own = OpenSearchIndex.from_client(theirs, "scifact"), OpenSearchIndex(url)
+    assert open_cluster(given, K1, B) is given and given.num_docs == own.num_docs == len(scifact.corpus)
+    with pytest.raises(UserError, match="flat index on a cluster"):
+        open_cluster(given, K1, B, flavor="wp")
+    queries = list(scifact.split("test").queries.values())
+    folder = BM25Searcher(flat)
+    lists = AugmentedSearcher.from_pretrained("general", flat).term_lists(queries[:100])
+    for local_tops, kind, items in ((folder.batch_search_arrays(queries, 10), ANALYZED, queries),
+                                    (folder.batch_search_terms_arrays(lists, 10), TERMS,
+                                     [given.terms_element(t) for t in lists])):
+        before = len(seen)
+        tops = given.submit(kind, items, 10, threads=2).result()
+        assert "/_msearch" in seen[before][1]  # the search went through their client
+        assert _top10(given, tops) == _top10(own, own.submit(kind, items, 10, threads=2).result())  # exactly
+        _assert_parity(folder, given, local_tops, tops)
+    assert any(u.startswith("/scifact") for _, u in seen) and len(seen) > 5
+    before = len(seen)  # the searchers take it as they take a URL
+    searcher, augmented = BM25Searcher(given), AugmentedSearcher.from_pretrained("general", given)
+    assert searcher.search(queries[0], 10) == BM25Searcher(url).search(queries[0], 10)
+    assert augmented.search(queries[0], 10) == AugmentedSearcher.from_pretrained("general", url).search(queries[0], 10)
+    assert len(seen) > before
+    given.close()
+    assert theirs.count(index="scifact")["count"] == len(scifact.corpus)  # theirs stays open
+    tiny = load_dataset(str(tiny_beir))
+    record = ingest(tiny, "tiny-theirs", client=theirs)
+    assert record["state"] == "complete" and ("POST", "/tiny-theirs/_bulk") in [(m, u.split("?")[0]) for m, u in seen]
+    assert theirs.count(index="tiny-theirs")["count"] == record["docs"]
+    theirs.indices.delete(index="tiny-theirs")
+
+
 def test_the_cluster_analyzer_gives_the_flat_index_terms(cluster, scifact):
     """Every SciFact query, through the index's analyzer (_analyze), and every document as the
     cluster indexed it (its term vector), against the English analyzer in our process."""
@@ -286,3 +343,19 @@ def test_a_node_killed_mid_batch_changes_no_hit(cluster, scifact):
     local.start_node(state, victim)
     assert _top10(searcher, searcher.batch_search_arrays(queries, 10, threads=2)) == reference
     assert _cli("cluster", "status", "--root", state["root"]).stdout.count(": running") == 2
+
+
+def test_every_row_of_an_evaluation_on_a_cluster_says_where_it_ran(cluster, scifact):
+    """Issue 60, item 6: with --index URL, a companion the cluster can search (bm25-flat) runs on
+    it; the others run in process, and the table says so, row by row."""
+    from bm25aug.eval.evaluate import EvalConfig, evaluate
+
+    _, url = cluster
+    result = evaluate(EvalConfig(dataset="scifact", method="augmented", checkpoint="general", index=url))
+    where = {name: m["ran_on"] for name, m in result.metrics.items()}
+    assert where == {"augmented": "cluster", "bm25-flat": "cluster", "bm25-wp": "in process",
+                     "bm25-rm3": "in process", "bm25-rocchio": "in process"}
+    assert round(result.metrics["bm25-flat"]["ndcg@10"], 4) == 0.6789 and result.metrics["bm25-flat"]["index"] == url
+    table = result.table()
+    for name, ran_on in where.items():
+        assert f"{name}: ran {ran_on}, on " in table

@@ -10,7 +10,7 @@ import pytest
 from bm25aug import recipes
 from bm25aug.cli import build_parser
 from bm25aug.errors import UserError
-from bm25aug.lucene.reader import B, K1
+from bm25aug.bm25_defaults import B, K1
 from bm25aug.model.augmenter import AugmenterConfig
 from bm25aug.train.arguments import TrainConfig, default, from_args, saved_value
 

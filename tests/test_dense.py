@@ -1,14 +1,13 @@
 """The dense peer with all-MiniLM-L6-v2 (the option; bge-small-en-v1.5, the default, is
-tests/test_dense_bge.py), exact inner product, and its RRF hybrid with bm25-flat, on the tiny
-corpus: exact search against a brute-force reference, the cache, and the fusion rule."""
+tests/test_dense_bge.py), exact inner product, on the tiny
+corpus: exact search against a brute-force reference and the cache (its fusion with BM25:
+tests/test_hybrid.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from bm25aug.lucene.ranking import TopK
-from bm25aug.search.bm25 import BM25Searcher
 
 
 @pytest.fixture(scope="module")
@@ -45,20 +44,3 @@ def test_embeddings_are_cached_with_their_cost(dense, tiny_wp):
 
     again = DenseSearcher(tiny_wp[2], dense.model)
     assert np.array_equal(again.embeddings, dense.embeddings) and again.encode_seconds == dense.encode_seconds > 0
-
-
-def test_hybrid_is_reciprocal_rank_fusion(dense, tiny_wp, monkeypatch):
-    from bm25aug.search import dense as module
-
-    monkeypatch.setattr(module, "DenseSearcher", lambda index, model=None: dense)
-    hybrid = module.HybridSearcher(tiny_wp[2], 0.9, 0.4)
-    sparse = TopK(np.array([3, 1]), np.array([2.0, 1.0], np.float32))
-    vectors = TopK(np.array([1, 5, 3]), np.array([0.9, 0.8, 0.7], np.float32))
-    fused = hybrid.fuse(sparse, vectors, 3)
-    # doc 1: 1/62 + 1/61, doc 3: 1/61 + 1/63, doc 5: 1/62
-    assert fused.lucene_ids.tolist() == [1, 3, 5]
-    assert fused.scores[0] == pytest.approx(1 / 62 + 1 / 61) and fused.scores[2] == pytest.approx(1 / 62)
-    query = "big cats lions"
-    expected = hybrid.fuse(BM25Searcher(tiny_wp[2]).search_arrays(query, 1000), dense.search_arrays(query, 1000), 5)
-    assert hybrid.search_arrays(query, 5).lucene_ids.tolist() == expected.lucene_ids.tolist()
-    assert [t.lucene_ids.tolist() for t in hybrid.batch_search_arrays([query], 5)] == [expected.lucene_ids.tolist()]

@@ -19,6 +19,7 @@ import pytest
 from bm25aug.dense import fetch
 from bm25aug.dense.models import BGE, MINILM
 from bm25aug.errors import UserError
+from conftest import Counting, Interrupted
 
 PUBLISHED_SCIFACT_NDCG10 = 0.713  # BAAI's BEIR table for bge-small-en-v1.5 (SciFact test)
 
@@ -35,28 +36,6 @@ def cache(tmp_path, monkeypatch):
     """The embeddings' cache in a temporary folder."""
     monkeypatch.setattr("bm25aug.dense.embeddings.CACHE_ROOT", tmp_path / "cache")
     return tmp_path / "cache" / "dense"
-
-
-class Interrupted(Exception):
-    pass
-
-
-class Counting:
-    """A model that counts the documents it encodes; after ``fail_after`` calls it raises, as an
-    interrupted encoding would."""
-
-    def __init__(self, model, fail_after: int | None = None):
-        self.model, self.name, self.dim, self.digest = model, model.name, model.dim, model.digest
-        self.documents, self.calls, self.fail_after = 0, 0, fail_after
-
-    def encode_queries(self, texts):
-        return self.model.encode_queries(texts)
-
-    def encode_documents(self, texts):
-        if self.fail_after is not None and self.calls >= self.fail_after:
-            raise Interrupted
-        self.calls, self.documents = self.calls + 1, self.documents + len(texts)
-        return self.model.encode_documents(texts)
 
 
 def serve(body: bytes):
@@ -159,7 +138,7 @@ def test_a_changed_model_file_is_refused_in_one_line(bge, tmp_path):
 # ---------------------------------------------------------------------------------------- loading
 def test_models_are_chosen_by_name_or_by_the_folders_record(bge, monkeypatch):
     from bm25aug.dense import load_dense_model
-    from bm25aug.model.tokenization import offline_model_path
+    from bm25aug.tokenization import offline_model_path
 
     assert (bge.name, bge.dim, bge.kind.pooling, bge.kind.max_tokens) == ("bge-small-en-v1.5", 384, "cls", 512)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -282,13 +261,14 @@ def test_an_interrupted_encoding_resumes_from_its_last_chunk(bge, tiny_wp, cache
 def test_the_searchers_default_to_bge_and_adapt_names_it_as_teacher(bge, tiny_wp, cache):
     from bm25aug.adapt.teacher import make_teacher
     from bm25aug.lucene.reader import LuceneIndex
-    from bm25aug.search.dense import DenseSearcher, HybridSearcher
+    from bm25aug.search.dense import DenseSearcher
+    from bm25aug.search.hybrid import HybridSearcher
 
     dense = DenseSearcher(tiny_wp[2])
     assert dense.model.name == BGE.name and dense.model.digest == bge.digest
     top = dense.search_arrays("big cats lions", 3)
     assert dense.hits(top)[0].docid == "d3"
-    assert HybridSearcher(tiny_wp[2], 0.9, 0.4).dense.model.name == BGE.name
+    assert HybridSearcher.from_pretrained(None, tiny_wp[2], k1=0.9, b=0.4).dense.model.name == BGE.name
     index = LuceneIndex(tiny_wp[2])
     teacher = make_teacher("dense:bge-small-en-v1.5", index)
     assert teacher.model.name == BGE.name and "bge-small-en-v1.5" in teacher.name

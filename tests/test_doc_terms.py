@@ -10,7 +10,8 @@ import torch
 
 from bm25aug.lucene.doc_terms import DocTermReader, field_statistics, term_dictionary
 from bm25aug.lucene.jvm import JNI_LOCK, jclass
-from bm25aug.lucene.reader import FIELD, LuceneIndex
+from bm25aug.bm25_defaults import FIELD
+from bm25aug.lucene.reader import LuceneIndex
 from bm25aug.train.torch_bm25 import LENGTH_TABLE, BM25Params, TorchBM25, int_to_byte4
 
 
@@ -68,7 +69,7 @@ def test_on_demand_rows_equal_full_matrix_rows(flavor, scifact_flat, scifact_wp)
 
 def test_wp_rows_from_raw_text_equal_vocabulary_rows(scifact_wp):
     """A wp index has no term vectors: its rows come from the stored pre-tokenized text."""
-    from bm25aug.model.tokenization import load_tokenizer
+    from bm25aug.tokenization import load_tokenizer
 
     vocab = load_tokenizer().get_vocab()
     bm25 = TorchBM25(scifact_wp, vocab)
@@ -96,7 +97,7 @@ def test_reader_counts_and_norms(tiny_wp):
 
 
 def test_torch_bm25_reads_only_the_rows_it_scores(tiny_wp):
-    from bm25aug.model.tokenization import load_tokenizer
+    from bm25aug.tokenization import load_tokenizer
 
     _, wp, _ = tiny_wp
     bm25 = TorchBM25(wp, load_tokenizer().get_vocab(), BM25Params())

@@ -7,7 +7,8 @@ import pytest
 
 from bm25aug.errors import UserError
 from bm25aug.model.encoder import BATCH, WINDOW, encode_queries, prune
-from bm25aug.model.onnx_encoder import ONNX_DIR, export_source, load_encoder
+from bm25aug.model.onnx_encoder import ONNX_DIR, export_source
+from bm25aug.model.loading import load_encoder
 
 QUERIES = ["ALDH1 expression is associated with poorer prognosis in breast cancer",
            "Vitamin B12 deficiency causes neurological symptoms", "cats on mats", "a b c",

@@ -91,7 +91,7 @@ def test_every_path_ranks_alike_and_threads_change_nothing(scifact, scifact_flat
     """One query at a time, batch search on 1 and 2 threads and ``term_lists`` (what the server
     and export use) agree (the int8 encoder encodes query by query); the ONNX export stays close
     to fp32."""
-    from bm25aug.model.onnx_encoder import load_encoder
+    from bm25aug.model.loading import load_encoder
     from bm25aug.search.augmented import AugmentedSearcher
 
     feedback_model.save_pretrained(tmp_path / "fb")

@@ -7,7 +7,7 @@ import pytest
 
 from bm25aug.data.registry import load_dataset
 from bm25aug.lucene.index import ensure_index
-from bm25aug.lucene.ranking import PAIRS, anserini_scores, anserini_top
+from bm25aug.ranking import PAIRS, anserini_scores, anserini_top
 from bm25aug.lucene.term_query import query_syntax
 from bm25aug.search.bm25 import BM25Searcher
 from conftest import write_beir

@@ -3,7 +3,7 @@
 
 import shutil
 
-from bm25aug.model.tokenization import OFFLINE_ENCODER
+from bm25aug.tokenization import OFFLINE_ENCODER
 
 
 def test_a_copied_model_folder_searches_identically_and_carries_its_card(tiny_wp, flat_model, tmp_path):
@@ -36,3 +36,41 @@ def test_a_trained_model_card_names_its_recipe_data_and_dev_selection(tiny_wp, t
     assert "Trained on `tiny` (7 training queries)" in card
     assert "Dev selection on the seeded slice of train (seed 13, 1 queries): ndcg@10" in card
     assert '"negative_depth": 3' in card and "output_dir" not in card
+
+
+def test_one_loader_finds_a_model_by_what_its_folder_records(tiny_wp, flat_model, tmp_path):
+    """``bm25aug.model.loading``: a run folder means its best/, the packaged name its package, and
+    a folder's kind is its config's ``query_side`` (a config saved before the field existed reads as
+    contextual), never a guess from file names: the same term lists whichever way it is named."""
+    import json
+
+    import pytest
+
+    from bm25aug.errors import UserError
+    from bm25aug.model import packaged
+    from bm25aug.model.config import CONFIG_NAME
+    from bm25aug.model.loading import kind, load_encoder, locate
+    from bm25aug.model.onnx_encoder import OnnxQueryEncoder
+
+    run = tmp_path / "run"
+    flat_model.save_pretrained(run / "best")
+    assert locate(run) == run / "best" and locate(run / "best") == run / "best"
+    assert locate("general") == packaged.PACKAGED_ROOT / "general" and kind(locate("general")) == "packaged"
+    assert kind(run / "best") == "contextual"
+    query = "big cats and lions"
+    expected = load_encoder(run / "best", "torch-fp32").encode(query)
+    assert load_encoder(run, "torch-fp32").encode(query) == expected
+    assert isinstance(load_encoder(run), OnnxQueryEncoder)
+    legacy = tmp_path / "legacy"
+    shutil.copytree(run / "best", legacy, ignore=shutil.ignore_patterns("onnx"))
+    config = json.loads((legacy / CONFIG_NAME).read_text())
+    del config["query_side"]  # as written before the field existed
+    (legacy / CONFIG_NAME).write_text(json.dumps(config))
+    assert kind(legacy) == "contextual" and load_encoder(legacy, "torch-fp32").encode(query) == expected
+    config["query_side"] = "reweighter"  # the record decides, whatever files the folder holds
+    (legacy / CONFIG_NAME).write_text(json.dumps(config))
+    assert kind(legacy) == "reweighter"
+    with pytest.raises(UserError, match="cannot be read.*fix"):
+        load_encoder(legacy)
+    with pytest.raises(UserError, match="is not a bm25aug checkpoint .*fix"):
+        locate(tmp_path / "empty")

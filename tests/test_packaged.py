@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from bm25aug.errors import UserError
-from bm25aug.model import packaged
+from bm25aug.model import package_build, packaged
 from test_reliability import run_cli
 from test_stock_index import pyserini_index
 
@@ -69,7 +69,8 @@ def assert_every_path_alike(model: str, stock) -> None:
 
 
 def test_a_changed_file_or_another_runtime_is_one_line(general, tmp_path):
-    from bm25aug.model.onnx_encoder import OnnxQueryEncoder, load_encoder
+    from bm25aug.model.onnx_encoder import OnnxQueryEncoder
+    from bm25aug.model.loading import load_encoder
 
     with pytest.raises(UserError, match="ships only its onnx-int8"):
         load_encoder("general", "torch-fp32")
@@ -96,4 +97,4 @@ def test_a_recipe_whose_data_may_not_ship_is_refused_before_training(monkeypatch
     """The seven-corpus recipe holds SciFact (CC BY-NC): refused before a step is trained."""
     monkeypatch.setitem(packaged.BUILDS, "general", {"recipe": "general", "run": "runs/never"})
     with pytest.raises(UserError, match="scifact \\(CC BY-NC 2.0\\)"):
-        packaged.build("general")
+        package_build.build("general")

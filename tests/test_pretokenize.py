@@ -3,7 +3,7 @@
 import pytest
 
 from bm25aug.lucene.pretokenize import DocumentTokenizer, tokenized_batches
-from bm25aug.model.tokenization import load_tokenizer, untruncated
+from bm25aug.tokenization import load_tokenizer, untruncated
 
 ADVERSARIAL = ["Tab\there\r\nnew\x00line\x07bell\x0bvt\x0cff\x1fus\x7fdel", "ÀÉÎõü naïve café", "ΣΟΦΟΣ σοφός",
                "İstanbul", "中文字符 mixed 漢字", "a\u2028b\u00a0c\u200bd\u3000e\u0085f", "x" * 150 + " " + "y" * 99,

@@ -71,7 +71,7 @@ def test_a_held_out_row_is_its_document_indexed_without_the_sentence(tmp_path, f
     from bm25aug.lucene.index import ensure_index
     from bm25aug.model.augmenter import AugmenterConfig
     from bm25aug.model.targets import make_target
-    from bm25aug.model.tokenization import load_tokenizer
+    from bm25aug.tokenization import load_tokenizer
     from bm25aug.train.torch_bm25 import TorchBM25
     from tests.conftest import TINY_DOCS, write_beir
 

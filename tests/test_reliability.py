@@ -276,7 +276,7 @@ def test_two_processes_build_one_index(tmp_path):
 
 # ------------------------------------------------------------------------------------------ 9. startup
 def test_local_models_load_without_asking_the_hub(monkeypatch):
-    from bm25aug.model import tokenization
+    from bm25aug import tokenization
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     tokenization.hub_reachable.cache_clear()

@@ -208,7 +208,7 @@ def test_a_sigkilled_ingest_resumes_through_the_cli(cluster, small, clean):
 def test_deleted_copies_an_older_ingest_left_are_merged_away(cluster, small, clean, monkeypatch):
     """An index a former bm25aug filled with `index` operations, a batch of them sent twice (the
     probe's `mq`): the resume merges the deleted copies away and searches as a clean ingest."""
-    from bm25aug.lucene.reader import FIELD
+    from bm25aug.bm25_defaults import FIELD
     from bm25aug.opensearch.ingest import ingest
     from bm25aug.opensearch.schema import ID_FIELD
 
@@ -307,7 +307,7 @@ def _cli_index(folder, url, *flags):
 ])
 def test_a_damaged_record_is_one_line_and_force_replaces_it(cluster, small, clean, caplog, name, record, held):
     from bm25aug.errors import UserError
-    from bm25aug.lucene.index import corpus_fingerprint
+    from bm25aug.data.registry import corpus_fingerprint
     from bm25aug.opensearch.ingest import ingest
 
     dataset = small[0]

@@ -163,7 +163,7 @@ def assert_one_line(message: str, copy: Path, file: str, why: str) -> None:
 def test_a_damaged_package_is_one_line_on_every_path(damage, tmp_path, tiny_wp):
     """load_encoder, AugmentedSearcher and (for the kinds in ``THROUGH_THE_CLI``) ``bm25aug search``:
     one line naming the file, no traceback, no hang, no plain BM25 served in silence."""
-    from bm25aug.model.onnx_encoder import load_encoder
+    from bm25aug.model.loading import load_encoder
     from bm25aug.search.augmented import AugmentedSearcher
 
     file, why = DAMAGES[damage]
@@ -192,7 +192,8 @@ def test_the_intact_package_loads_as_before_and_writes_nothing(tiny_wp):
 
     from bm25aug.eval.checkpoints import plain_bm25
     from bm25aug.model.config import AugmenterConfig
-    from bm25aug.model.onnx_encoder import OnnxQueryEncoder, load_encoder
+    from bm25aug.model.onnx_encoder import OnnxQueryEncoder
+    from bm25aug.model.loading import load_encoder
     from bm25aug.model.targets import make_target
     from bm25aug.search.bm25 import BM25Searcher
 

@@ -206,6 +206,7 @@ def test_a_model_a_training_run_is_writing_is_exported_outside_its_folder(offlin
 
     import bm25aug.model.onnx_encoder as onnx_encoder
     from bm25aug.io import lock_held
+    from bm25aug.model.loading import load_encoder
 
     run = tmp_path / "run"
     offline_model.save_pretrained(run / "best")
@@ -214,7 +215,7 @@ def test_a_model_a_training_run_is_writing_is_exported_outside_its_folder(offlin
     lock.acquire()  # as the trainer holds it while it may replace best/
     try:
         assert lock_held(run)
-        encoder = onnx_encoder.load_encoder(run / "best")
+        encoder = load_encoder(run / "best")
     finally:
         lock.release()
     assert not lock_held(run)

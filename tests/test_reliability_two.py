@@ -104,7 +104,7 @@ def test_a_device_a_link_or_a_fifo_given_as_output_is_written_into_not_replaced(
 
 
 def test_an_onnx_folder_of_the_users_files_is_not_replaced(offline_model, tmp_path):
-    from bm25aug.model.onnx_encoder import load_encoder
+    from bm25aug.model.loading import load_encoder
 
     offline_model.save_pretrained(tmp_path / "ckpt")
     (tmp_path / "ckpt" / "onnx").mkdir()
@@ -225,7 +225,7 @@ def _cased_copy():
     from tokenizers import normalizers
     from transformers import AutoTokenizer
 
-    from bm25aug.model.tokenization import offline_model_path
+    from bm25aug.tokenization import offline_model_path
 
     tok = AutoTokenizer.from_pretrained(offline_model_path(), use_fast=True)
     tok.backend_tokenizer.normalizer = normalizers.BertNormalizer(lowercase=False)
@@ -242,7 +242,7 @@ def test_a_wp_index_refuses_a_tokenizer_with_other_casing(tiny_wp):
 
 # ------------------------------------------------------------------------------------ 4. cached artefacts
 def test_onnx_export_follows_its_sources_and_its_own_bytes(offline_model, tmp_path):
-    from bm25aug.model.onnx_encoder import load_encoder
+    from bm25aug.model.loading import load_encoder
 
     checkpoint = tmp_path / "ckpt"
     offline_model.save_pretrained(checkpoint)

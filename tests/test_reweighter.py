@@ -21,7 +21,7 @@ TEXTS = ["what are the symptoms of glaucoma ?", "who wrote the declaration of in
 @pytest.fixture(scope="module")
 def small_fit(tmp_path_factory):
     """A reweighter fitted in seconds: the packaged contextual model labels a few texts."""
-    from bm25aug.model.onnx_encoder import load_encoder
+    from bm25aug.model.loading import load_encoder
 
     teacher = load_encoder("general")
     labels = fitting.teacher_labels(teacher, TEXTS * 4, tmp_path_factory.mktemp("labels") / "labels.json")
@@ -80,7 +80,7 @@ def test_it_searches_a_stock_index_on_every_path_alike(small_fit, tmp_path):
 
 def test_a_damaged_or_wrong_folder_is_one_line(small_fit, tmp_path):
     from bm25aug.model.loading import load_model
-    from bm25aug.model.onnx_encoder import load_encoder
+    from bm25aug.model.loading import load_encoder
 
     copy = tmp_path / "model"
     shutil.copytree(small_fit[3], copy)

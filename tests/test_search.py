@@ -163,7 +163,7 @@ def test_batch_search_on_the_java_pool_equals_one_by_one(tiny_wp, flat_model):
 def test_a_failing_piece_cancels_every_piece_in_flight():
     """search_chunks hands Java a chunk in pieces; when one piece fails (or a Ctrl-C lands while
     waiting), every piece still in flight is cancelled and the error reaches the caller."""
-    from bm25aug.lucene.ranking import EMPTY
+    from bm25aug.ranking import EMPTY
     from bm25aug.search.batch import CHUNK, PIECE, search_chunks
 
     class Pending:

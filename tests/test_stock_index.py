@@ -11,7 +11,7 @@ def pyserini_index(path, tokenizer=None, ids=None):
     """Index the tiny corpus with Pyserini's programmatic indexer (flat, or pretokenized wp);
     ``ids`` renames documents (``{"d2": "other"}``)."""
     from bm25aug.lucene.jvm import start_jvm
-    from bm25aug.model.tokenization import untruncated
+    from bm25aug.tokenization import untruncated
 
     start_jvm()
     from pyserini.index.lucene import LuceneIndexer

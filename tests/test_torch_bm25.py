@@ -36,7 +36,7 @@ def _compare(index_dir, tokenizer, terms: dict[str, float], k: int = 200) -> flo
 
 
 def test_torch_scores_equal_lucene_tiny(tiny_wp):
-    from bm25aug.model.tokenization import load_tokenizer
+    from bm25aug.tokenization import load_tokenizer
 
     _, wp, _ = tiny_wp
     assert _compare(wp, load_tokenizer(), {"cat": 1.0, "the": 0.5, "lions": 2.25}) < 1e-4
@@ -44,7 +44,7 @@ def test_torch_scores_equal_lucene_tiny(tiny_wp):
 
 def test_torch_scores_equal_lucene_on_scifact(scifact, scifact_wp):
     """Weighted queries (real query terms plus added ones) on the real SciFact wp index."""
-    from bm25aug.model.tokenization import load_tokenizer
+    from bm25aug.tokenization import load_tokenizer
 
     tok = load_tokenizer()
     searcher = BM25Searcher(scifact_wp, tokenizer=tok)

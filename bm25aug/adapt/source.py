@@ -13,6 +13,7 @@ from pathlib import Path
 from bm25aug.data.corpus import Document
 from bm25aug.data.registry import Dataset, load_dataset
 from bm25aug.errors import UserError
+from bm25aug.locations import CLUSTER, index_location, url_scheme
 
 # A corpus file's layout, by its name: BEIR's JSONL, DPR's passages, MS MARCO's collection.
 _GENERIC_STEMS = {"corpus", "passages", "psgs_w100", "collection"}
@@ -60,7 +61,7 @@ class IndexCorpus(Mapping):
 
     def __init__(self, index):
         from bm25aug.lucene.docids import stored_values
-        from bm25aug.lucene.reader import RAW_FIELD
+        from bm25aug.bm25_defaults import RAW_FIELD
 
         self.index, self._stored = index, (lambda numbers: stored_values(index.reader, numbers, RAW_FIELD))
         if index.num_docs and self._stored([0])[0] is None:
@@ -100,7 +101,7 @@ def corpus_dataset(file: Path) -> Dataset:
     """A corpus file as a dataset, named after its folder (or file) and its fingerprint, so that its
     index never replaces that of a dataset, or of another corpus file, with the same name (an index
     whose corpus changed is rebuilt: ``ensure_index``)."""
-    from bm25aug.lucene.index import corpus_fingerprint
+    from bm25aug.data.registry import corpus_fingerprint
 
     name = (file.parent.name if file.stem in _GENERIC_STEMS else file.stem) or "corpus"
     layout = file_layout(file)
@@ -114,8 +115,8 @@ def resolve(dataset: str | None, corpus: str | None, index: str | None, data_dir
     if len(given) != 1:
         raise UserError(f"adapt reads one corpus, and {'none' if not given else ' and '.join(given)} was given; fix: "
                         f"pass exactly one of --dataset NAME, --corpus FILE, --index DIR")
-    if index and "://" in index:  # the URL itself is not echoed: it may hold credentials
-        raise UserError(f"adapt --index takes an index folder, and {index.split('://')[0]}://... is a URL: adapt reads "
+    if index and index_location(index) == CLUSTER:  # the URL itself is not echoed: it may hold credentials
+        raise UserError(f"adapt --index takes an index folder, and {url_scheme(index)} is a URL: adapt reads "
                         f"each document's terms from Lucene's files, which a cluster does not lend; fix: pass the "
                         f"corpus (--dataset NAME or --corpus FILE), then serve the adapted model against the cluster "
                         f"with --index URL")

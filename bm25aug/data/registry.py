@@ -28,7 +28,7 @@ from pathlib import Path
 from bm25aug.data.corpus import Corpus
 from bm25aug.data.layouts import LOADERS, Split, first_file
 from bm25aug.errors import UserError
-from bm25aug.io import CACHE_ROOT, clean_stale, temp_sibling
+from bm25aug.io import CACHE_ROOT, clean_stale, digest, temp_sibling
 
 log = logging.getLogger(__name__)
 csv.field_size_limit(sys.maxsize)
@@ -212,6 +212,12 @@ class Dataset:
 
 
 # ----------------------------------------------------------------------------------------- loaders
+def corpus_fingerprint(dataset: Dataset) -> str:
+    """Hash of the corpus file's bytes: what an index built from it records (a folder's ``meta.json``,
+    a cluster index's record), so that any edit, even one that keeps every length, rebuilds."""
+    return digest(dataset.corpus_file)
+
+
 def search_dirs(data_dir: str | Path | None = None) -> list[Path]:
     dirs = [Path(data_dir)] if data_dir else []
     if os.environ.get("BM25AUG_DATA_DIR"):

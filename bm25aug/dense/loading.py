@@ -43,7 +43,7 @@ def _by_kind(kind: Kind, threads: int | None) -> DenseModel:
     """A kind from where bm25aug gets it without the Hub: the pinned Maven fetch, or the package."""
     if kind is BGE:
         return load_folder(model_folder(BGE_SMALL), BGE, threads)
-    from bm25aug.model.tokenization import offline_model_path
+    from bm25aug.tokenization import offline_model_path
 
     path = offline_model_path()
     if path is None:
@@ -52,7 +52,7 @@ def _by_kind(kind: Kind, threads: int | None) -> DenseModel:
     return load_folder(Path(path), MINILM, threads)
 
 
-def _hub_offline() -> bool:
+def hub_offline() -> bool:
     return any(os.environ.get(v, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
                for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
@@ -60,7 +60,7 @@ def _hub_offline() -> bool:
 def _from_hub(kind: Kind, threads: int | None) -> DenseModel:
     """The Hub's files through transformers; offline (or when they cannot be fetched), the kind
     from ``_by_kind``: the same weights as published, another export of them."""
-    if _hub_offline():
+    if hub_offline():
         log.info("HF_HUB_OFFLINE: %s is loaded as %s without the Hub", kind.hub, kind.name)
         return _by_kind(kind, threads)
     from huggingface_hub import snapshot_download

@@ -29,7 +29,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -40,6 +40,7 @@ from bm25aug.io import digest, source_key
 log = logging.getLogger(__name__)
 BATCH = 32
 THREADS = 2  # onnxruntime's intra-op threads, at most (fewer when OMP_NUM_THREADS says so)
+Vectors = TypeVar("Vectors", covariant=True)  # an Encoder's rows: an array (dense) or a sparse matrix (SPLADE)
 
 
 @dataclass(frozen=True)
@@ -62,17 +63,22 @@ HUB_NAMES = {k.hub: k for k in KINDS.values()}
 DEFAULT_DENSE_MODEL = BGE.name
 
 
-class DenseModel(Protocol):
-    """A bi-encoder: unit vectors for queries and documents, inner product = cosine. ``digest``
-    names the weights, tokenizer and use (the embedding cache's key: same digest, same vectors)."""
+class Encoder(Protocol[Vectors]):
+    """A peer's encoder (dense: ``DenseModel``; SPLADE: ``bm25aug.dense.splade.SparseModel``): one
+    row of ``dim`` weights per text, queries' and documents'. ``digest`` names the weights,
+    tokenizer and use (the corpus cache's key: same digest, same vectors)."""
 
     name: str
     dim: int
     digest: str
 
-    def encode_queries(self, texts: list[str]) -> np.ndarray: ...
+    def encode_queries(self, texts: list[str]) -> Vectors: ...
 
-    def encode_documents(self, texts: list[str]) -> np.ndarray: ...
+    def encode_documents(self, texts: list[str]) -> Vectors: ...
+
+
+class DenseModel(Encoder[np.ndarray], Protocol):
+    """A bi-encoder: unit vectors for queries and documents, inner product = cosine."""
 
 
 class _BertModel:

@@ -42,24 +42,18 @@ def checkpoint_dev(dataset, checkpoint: Path | None):
 
 
 def resolve_checkpoint(path: str | None, dataset_name: str, transfer: bool) -> Path:
-    """``--checkpoint`` (a model dir, a train.py output dir or a packaged model's bare name: see
-    ``bm25aug.model.packaged.resolve``), else ``checkpoints/<source>/best``. A packaged model's
-    files are checked here, before its settings are read."""
+    """``--checkpoint`` (a model folder, a train.py output folder or a packaged model's bare name,
+    found by ``bm25aug.model.loading.locate``), else ``checkpoints/<source>/best``. A packaged
+    model's files are checked here, before its settings are read."""
     from bm25aug.data.registry import REGISTRY
-    from bm25aug.model.augmenter import CONFIG_NAME
+    from bm25aug.model import packaged
+    from bm25aug.model.loading import locate
 
     if path:
-        from bm25aug.model.packaged import check_files, is_packaged, resolve
-
-        p = resolve(path)  # a folder, or a packaged model's name ("general")
-        if is_packaged(p):
-            check_files(p)
-            return p
-        p = p / "best" if (p / "best").is_dir() else p
-        if not (p / CONFIG_NAME).exists():
-            raise UserError(f"{p} is not a bm25aug checkpoint (no {CONFIG_NAME}); fix: pass the directory "
-                            f"written by `python train.py` (e.g. checkpoints/<dataset>/best)")
-        return p
+        folder = locate(path)
+        if packaged.is_packaged(folder):
+            packaged.check_files(folder)
+        return folder
     source = (REGISTRY[dataset_name].transfer_source if transfer and dataset_name in REGISTRY else dataset_name)
     if source is None:
         raise UserError(f"{dataset_name} has no default transfer source; fix: pass --checkpoint DIR")

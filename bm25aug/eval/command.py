@@ -23,7 +23,9 @@ def run(args) -> None:
                         index=args.index, tokenizer=args.tokenizer, remove_query=args.remove_query,
                         companions=args.companions, aug_gate=args.aug_gate, encode_batch_size=args.encode_batch_size,
                         fields=parse_fields(getattr(args, "fields", None)),
-                        dense_model=getattr(args, "dense_model", None))
+                        dense_model=getattr(args, "dense_model", None), fusion=getattr(args, "fusion", None),
+                        fusion_weight=getattr(args, "fusion_weight", None),
+                        fusion_depth=getattr(args, "fusion_depth", None))
     check_outputs({"--output": args.output, "--json-out": args.json_out}, inputs(config, args.run))
     if args.run:
         if args.output:

@@ -1,10 +1,7 @@
 """One place that runs an evaluation: ``eval.py``, ``bm25aug.reproduce.conditions`` and Python users call it.
 
-A method is an entry in ``METHODS``: the index flavor it searches, how its searcher is made, and
-the methods to run beside it (``augmented`` brings both BM25 baselines, so that its latency and
-quality ratios compare like with like, in one process). Adding a method is adding an entry.
-``bm25-multifield`` is Pyserini's (title and text as two fields, ``contents^1 title^1``);
-``augmented-multifield`` is a flat-target model's term list over that index.
+The methods are the entries of ``bm25aug.eval.methods.METHODS``; this module runs one (and its
+companions) on a dataset split and scores it.
 
     from bm25aug.eval.evaluate import EvalConfig, evaluate
     result = evaluate(EvalConfig(dataset="scifact", method="bm25-flat"))
@@ -13,20 +10,19 @@ quality ratios compare like with like, in one process). Adding a method is addin
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from bm25aug.errors import UserError
 from bm25aug.eval.checkpoints import CHECKPOINT_DEV, checkpoint_dev, described, plain_bm25, resolve_checkpoint
-from bm25aug.lucene.reader import B, K1
+from bm25aug.bm25_defaults import B, K1
+from bm25aug.eval.methods import METHODS, Method, index_flavor
 from bm25aug.limits import RUNTIMES, check_all, check_choice
 
 log = logging.getLogger(__name__)
@@ -57,6 +53,10 @@ class EvalConfig:
     # a multifield index's field weights, for the asked-for method (default: Pyserini's, MULTIFIELD_WEIGHTS)
     fields: dict[str, float] | None = None
     dense_model: str | None = None  # the dense peer of dense and hybrid (None: bm25aug.dense.DEFAULT_DENSE_MODEL)
+    # hybrid's fusion (bm25aug.search.hybrid.Fusion); None: its default
+    fusion: str | None = None
+    fusion_weight: float | None = None
+    fusion_depth: int | None = None
 
     def __post_init__(self) -> None:
         check_all(self)
@@ -64,94 +64,6 @@ class EvalConfig:
             if not isinstance(getattr(self, name), allowed):
                 raise UserError(f"{name} must be true or false, not {getattr(self, name)!r}; fix: pass a bool")
         check_choice("query encoder runtime", self.runtime, RUNTIMES)
-
-
-@dataclass(frozen=True)
-class Method:
-    """A registry entry: ``searcher(index, config, checkpoint)`` returns an object with
-    ``search_arrays``, ``batch_search_arrays`` and ``hits`` (``BM25Searcher``, ``AugmentedSearcher``)."""
-
-    name: str
-    flavor: str  # the index it searches; "target": the checkpoint's (wp or flat)
-    searcher: Callable
-    needs_checkpoint: bool = False
-    companions: tuple[str, ...] = ()
-    target: str | None = None  # the checkpoint target a fixed-flavor model method needs (augmented-multifield: flat)
-
-
-def _bm25(flavor: str):
-    def make(index: Path, config: EvalConfig, checkpoint: Path | None):
-        from bm25aug.search.bm25 import BM25Searcher
-
-        return BM25Searcher(index, config.k1, config.b, tokenizer=config.tokenizer if config.index else None,
-                            flavor=flavor, fields=config.fields if flavor == "multifield" else None)
-
-    return make
-
-
-def _expansion(name: str):
-    def make(index: Path, config: EvalConfig, checkpoint: Path | None):
-        from bm25aug.search.peers import ExpansionSearcher
-
-        return ExpansionSearcher(index, name, config.k1, config.b)
-
-    return make
-
-
-def _augmented(index: Path, config: EvalConfig, checkpoint: Path | None):
-    from bm25aug.search.augmented import AugmentedSearcher
-
-    return AugmentedSearcher.from_pretrained(checkpoint, index, config.k1, config.b, runtime=config.runtime,
-                                             encode_batch_size=config.encode_batch_size,
-                                             aug_gate=config.aug_gate, fields=config.fields)
-
-
-def _augmented_rm3(index: Path, config: EvalConfig, checkpoint: Path | None):
-    from bm25aug.search.feedback import RM3Searcher
-
-    first = _augmented(index, config, checkpoint)
-    _flat_only(first.bm25.meta, index, "augmented-rm3 reads its feedback from one field's document vectors")
-    return RM3Searcher(first)
-
-
-def _flat_only(meta, index: Path, why: str) -> None:
-    if meta.flavor != "flat":
-        raise UserError(f"{index} is a {meta.flavor} index and {why}, a flat index's; fix: pass the dataset's flat "
-                        f"index (`bm25aug index --dataset NAME --flavor flat`)")
-
-
-def _dense(index: Path, config: EvalConfig, checkpoint: Path | None):
-    from bm25aug.lucene.index import IndexMeta
-    from bm25aug.search.dense import DenseSearcher
-
-    _flat_only(IndexMeta.load(index, flavor="flat"), index, "the dense peer encodes the stored contents")
-    return DenseSearcher(index, model=config.dense_model)
-
-
-def _hybrid(index: Path, config: EvalConfig, checkpoint: Path | None):
-    from bm25aug.search.dense import HybridSearcher
-
-    return HybridSearcher(index, config.k1, config.b, model=config.dense_model)
-
-
-METHODS: dict[str, Method] = {m.name: m for m in (
-    Method("bm25-flat", "flat", _bm25("flat")),
-    Method("bm25-wp", "wp", _bm25("wp")),
-    # Pyserini's bm25-multifield: title and text indexed apart, searched as contents^1 title^1
-    Method("bm25-multifield", "multifield", _bm25("multifield")),
-    Method("bm25-rm3", "flat", _expansion("rm3")),  # Pyserini's RM3, default parameters
-    Method("bm25-rocchio", "flat", _expansion("rocchio")),  # Pyserini's Rocchio, default parameters
-    Method("dense", "flat", _dense),  # bge-small-en-v1.5 by default, exact inner product (bm25aug.search.dense)
-    Method("hybrid", "flat", _hybrid),  # RRF of bm25-flat and dense
-    Method("augmented", "target", _augmented, needs_checkpoint=True,
-           companions=("bm25-flat", "bm25-wp", "bm25-rm3", "bm25-rocchio")),
-    # RM3 (Pyserini's defaults) on the augmented query: the feedback baseline (bm25aug.search.feedback)
-    Method("augmented-rm3", "target", _augmented_rm3, needs_checkpoint=True,
-           companions=("bm25-flat", "bm25-rm3", "augmented")),
-    # A flat-target model's term list over the multifield index (each term on contents and title)
-    Method("augmented-multifield", "multifield", _augmented, needs_checkpoint=True, target="flat",
-           companions=("bm25-multifield", "bm25-flat", "augmented")),
-)}
 
 
 @dataclass
@@ -170,6 +82,9 @@ class EvalResult:
     def table(self) -> str:
         """The metrics, then the model each model's row used (and whether it ranked as plain BM25)."""
         lines = [format_table(self.metrics)]
+        if any(m.get("ran_on") == "cluster" for m in self.metrics.values()):  # say where each row ran
+            lines += [f"{name}: ran {m['ran_on']}, on {m['index']}" + ("" if m["ran_on"] == "cluster" else
+                      " (it reads what only an index folder holds)") for name, m in self.metrics.items()]
         for name, m in self.metrics.items():
             if name in METHODS and METHODS[name].needs_checkpoint and self.checkpoint:
                 plain = "; its term lists are the queries' own terms: this row is plain BM25"
@@ -190,20 +105,6 @@ class EvalResult:
         return out
 
 
-def index_flavor(method: Method, checkpoint: Path | None) -> str:
-    """The index flavor ``method`` searches (for augmented: the one its checkpoint was trained for)."""
-    from bm25aug.model.config import AugmenterConfig
-
-    if method.flavor != "target":
-        if method.target and (target := AugmenterConfig.load(checkpoint).target) != method.target:
-            raise UserError(f"{method.name} searches a {method.flavor} index with a {method.target}-target model, and "
-                            f"{checkpoint} was trained for {target} indexes; fix: pass a {method.target}-target "
-                            f"checkpoint, or use --method augmented")
-        return method.flavor
-    return AugmenterConfig.load(checkpoint).target
-
-
-CLUSTER_METHODS = ("bm25-flat", "augmented")  # what a cluster's index (bm25aug.opensearch) is searched with
 LATENCY_QUERIES = 100  # queries timed one at a time for p50/p95 (the run itself is one batch)
 
 
@@ -227,26 +128,25 @@ def run_method(method: Method, config: EvalConfig, dataset, split, k: int, check
     run of one method. ``index``: search it instead of the dataset's own (built when missing)."""
     from bm25aug.lucene.doc_terms import DocTermReader
     from bm25aug.eval.metrics import added_term_precision, evaluate_split
-    from bm25aug.lucene.index import ensure_index, verify_index
+    from bm25aug.lucene.index import ensure_index
+    from bm25aug.search.indexes import local_folder
     from bm25aug.search.augmented import AugmentedSearcher
     from bm25aug.search.bm25 import mean_added_terms
 
     given = index is not None
     index = index or ensure_index(dataset, index_flavor(method, checkpoint), config.index_root, threads=config.threads)
-    cluster = isinstance(index, str)  # an OpenSearch index's URL (bm25aug.opensearch)
-    if cluster and method.name not in CLUSTER_METHODS:
+    cluster = local_folder(index) is None  # an OpenSearch index (bm25aug.opensearch)
+    if cluster and not method.any_index:
         raise UserError(f"{method.name} reads what only an index folder holds (document vectors, stored contents "
-                        f"or a WordPiece field); on a cluster's index run {' or '.join(CLUSTER_METHODS)}; fix: pass "
+                        f"or a WordPiece field); on a cluster's index run {' or '.join(n for n, m in METHODS.items() if m.any_index)}; fix: pass "
                         f"the dataset's index folder as --index, or drop it")
     searcher = method.searcher(index, config, checkpoint)
     if "torch" in sys.modules:  # a model's method loaded it: latency is per query on one thread, model included
         import torch
 
         torch.set_num_threads(1)
-    if cluster:
-        searcher_index(searcher).verify(dataset)
-    elif given:
-        verify_index(index, dataset, searcher.docids)
+    if given:
+        searcher.verify(dataset)  # the index given holds the dataset's very corpus (Index.verify)
     qids, texts = list(split.queries), list(split.queries.values())
     lat = latency_ms(lambda q: searcher.search_arrays(q, k), texts)
     start = time.perf_counter()
@@ -282,20 +182,8 @@ def run_method(method: Method, config: EvalConfig, dataset, split, k: int, check
     if hasattr(searcher, "encode_seconds"):  # a dense method: the corpus was encoded first (once, cached)
         extra["corpus_encode_s"] = searcher.encode_seconds
     metrics.update(latency_ms_p50=float(np.percentile(lat, 50)), latency_ms_p95=float(np.percentile(lat, 95)), qps=qps,
-                   **extra)
+                   **extra, ran_on="cluster" if cluster else "in process", index=str(index))
     return metrics, run
-
-
-def _given_index(index: str) -> Path | str:
-    """``--index`` as a folder, or as given when it is a cluster's URL."""
-    from bm25aug.opensearch.client import is_cluster
-
-    return index if is_cluster(index) else Path(index)
-
-
-def searcher_index(searcher):
-    """The index object a method's searcher searches (``BM25Searcher.index``)."""
-    return searcher.bm25.index if hasattr(searcher, "bm25") else searcher.index
 
 
 def drop_query_hits(run: dict[str, list]) -> dict[str, list]:
@@ -308,6 +196,7 @@ def evaluate(config: EvalConfig) -> EvalResult:
     """Run ``config.method`` (and its companions) on the dataset's split: the run as one batch on
     ``config.threads`` threads, p50/p95 latency one query at a time (``latency_ms``)."""
     from bm25aug.data.registry import load_dataset
+    from bm25aug.search.indexes import local_folder, locate_index
 
     if config.method not in METHODS:
         raise UserError(f"unknown method {config.method!r}; fix: use one of {', '.join(METHODS)}")
@@ -322,10 +211,14 @@ def evaluate(config: EvalConfig) -> EvalResult:
     k = config.k or (100 if dataset.is_qa else 1000)
     remove_query = dataset.spec.remove_query if config.remove_query is None else config.remove_query
     metrics, runs = {}, {}
+    given = locate_index(config.index) if config.index else None
+    cluster = given is not None and local_folder(given) is None
     for name in (method.name, *(method.companions if config.companions else ())):
         log.info("evaluating %s on %s/%s (%d queries)", name, dataset.name, split_name, len(split.queries))
-        index = _given_index(config.index) if config.index and name == method.name else None
-        # --index and the field weights are the asked-for method's; companions search as they always do
+        # --index and the field weights are the asked-for method's; companions search the dataset's own
+        # index, except that a cluster's index is searched by every method that can search it
+        on_given = name == method.name or (cluster and METHODS[name].any_index)
+        index = given if given is not None and on_given else None
         metrics[name], runs[name] = run_method(METHODS[name], config if name == method.name else replace(config, fields=None),
                                                dataset, split, k, checkpoint, remove_query, index)
     return EvalResult(config, dataset.name, split_name, method.name, checkpoint, metrics, runs, remove_query)
@@ -361,6 +254,7 @@ def inputs(config: EvalConfig, run_file: str | Path | None = None) -> dict[str, 
     the index folders it may search or build, the model and a run file."""
     from bm25aug.data.registry import load_dataset
     from bm25aug.lucene.index import FLAVORS, index_path
+    from bm25aug.search.indexes import local_folder, locate_index
 
     dataset = load_dataset(config.dataset, config.data_dir)
     model = None
@@ -369,8 +263,8 @@ def inputs(config: EvalConfig, run_file: str | Path | None = None) -> dict[str, 
             model = resolve_checkpoint(config.checkpoint, dataset.name, config.transfer)
         except UserError:
             pass  # reported when the evaluation asks for it
-    index = _given_index(config.index) if config.index else None
-    found = {"the dataset": dataset.path, "--index": index if isinstance(index, Path) else None,
+    index = locate_index(config.index) if config.index else None
+    found = {"the dataset": dataset.path, "--index": local_folder(index) if index else None,
              "--checkpoint": Path(config.checkpoint) if config.checkpoint else None, "the model": model,
              "--run": Path(run_file) if run_file else None}
     for flavor in FLAVORS:

@@ -25,8 +25,9 @@ import scipy.sparse as sp
 
 from bm25aug.io import CACHE_ROOT, atomic_write_text, derived_ok, record_derived, source_key
 from bm25aug.lucene.jvm import JNI_LOCK, anserini_jar, jclass
-from bm25aug.lucene.reader import FIELD, java
-from bm25aug.model.tokenization import vocab_hash
+from bm25aug.bm25_defaults import FIELD
+from bm25aug.lucene.opening import java
+from bm25aug.tokenization import vocab_hash
 
 ANALYZER = "anserini-default-english"  # IndexCollection.DEFAULT_ANALYZER: Porter stemmer, Lucene's stopwords
 CACHE_DIR = CACHE_ROOT / "flat_map"

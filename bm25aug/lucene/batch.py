@@ -4,8 +4,8 @@ A batch is one Java task, ``texts.parallelStream().map(search).toArray()`` run i
 ``ForkJoinPool`` of ``threads`` workers (a parallel stream forks into the pool it runs in).
 ``search`` is a ``java.util.function.Function`` that ``MethodHandleProxies`` makes from
 ``java.lang.invoke`` handles: build the query, search, and pack the hits into one ``byte[]``
-(``bm25aug.lucene.reader._search_handle``). Three kinds of item (``reader.ANALYZED``,
-``reader.TERMS``, ``reader.FIELD_TERMS``): a query text for Anserini's bag of words on the
+(``bm25aug.lucene.opening._search_handle``). Three kinds of item (``bm25aug.backend.ANALYZED``,
+``TERMS``, ``FIELD_TERMS``): a query text for Anserini's bag of words on the
 English analyzer (what Pyserini's bm25-flat does), or a weighted term list's arrays, built into
 boosted term clauses on ``contents`` or on each of its fields (``bm25aug.lucene.term_query``).
 
@@ -28,13 +28,19 @@ Python (``research/thread_cpu.py`` counts such queries).
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bm25aug.lucene.jvm import JNI_LOCK, jclass, process_wide
-from bm25aug.lucene.ranking import EMPTY, PAIRS, TopK, anserini_top
+from bm25aug.ranking import EMPTY, PAIRS, TopK, anserini_top
 from bm25aug.lucene import term_query
-from bm25aug.lucene.reader import ANALYZED, FIELD, FIELD_TERMS, TERMS, LuceneIndex, java, search_error
+from bm25aug.backend import ANALYZED, FIELD_TERMS, TERMS
+from bm25aug.bm25_defaults import FIELD
+from bm25aug.lucene.opening import java, search_error
+
+if TYPE_CHECKING:
+    from bm25aug.lucene.reader import LuceneIndex
 
 _POLL_S, _POLL_MAX_S = 0.0005, 0.002  # a waiting batch's shortest and longest sleep
 
@@ -109,7 +115,7 @@ def search_function(index: LuceneIndex, kind: str, n: int):
 
 class JavaBatch:
     """Search ``texts`` (query texts, or term lists' elements, as ``function`` takes them:
-    ``search_function``) on ``threads`` Java threads, started at once; ``result()`` returns each query's packed hits (``reader.PAIRS`` bytes)."""
+    ``search_function``) on ``threads`` Java threads, started at once; ``result()`` returns each query's packed hits (``bm25aug.ranking.PAIRS`` bytes)."""
 
     def __init__(self, function, texts: list, threads: int, deeper: bool = False):
         from jnius import cast

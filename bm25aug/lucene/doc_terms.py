@@ -21,7 +21,8 @@ import numpy as np
 
 from bm25aug.errors import UserError
 from bm25aug.lucene.jvm import JNI_LOCK, jclass
-from bm25aug.lucene.reader import FIELD, LuceneIndex
+from bm25aug.bm25_defaults import FIELD
+from bm25aug.lucene.reader import LuceneIndex
 
 RAW_FIELD = "raw"
 

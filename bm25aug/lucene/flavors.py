@@ -16,8 +16,10 @@ from pathlib import Path
 
 from bm25aug.errors import UserError
 from bm25aug.lucene.jvm import JNI_LOCK, jclass
-from bm25aug.lucene.reader import FIELD, ID_FIELD, TITLE_FIELD, open_reader
-from bm25aug.model.tokenization import lowercases
+from bm25aug.bm25_defaults import FIELD, TITLE_FIELD
+from bm25aug.lucene.docids import ID_FIELD
+from bm25aug.lucene.opening import open_reader
+from bm25aug.tokenization import lowercases
 
 log = logging.getLogger(__name__)
 _NORMS_SAMPLED = 64  # documents whose length norm is read to tell an impact index

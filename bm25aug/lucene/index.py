@@ -32,19 +32,22 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from bm25aug.data.registry import Dataset, load_dataset
+from bm25aug.data.registry import Dataset, corpus_fingerprint, load_dataset
 
 from bm25aug.errors import UserError
+from bm25aug.index_meta import IndexRecord
+from bm25aug.locations import CLUSTER, index_location, url_scheme
 from bm25aug.progress import progress
-from bm25aug.io import atomic_dir, clean_stale, digest, temp_sibling, write_json
+from bm25aug.io import atomic_dir, clean_stale, temp_sibling, write_json
 from bm25aug.outputs import check_outputs
 from bm25aug.lucene.jvm import JNI_LOCK, interruptible, jclass
 from bm25aug.limits import check_choice
 from bm25aug.lucene.docids import DOCIDS_FILE, write_docids
 from bm25aug.lucene.flavors import check_flavor, not_lucene
-from bm25aug.lucene.reader import TITLE_FIELD, open_reader
+from bm25aug.bm25_defaults import TITLE_FIELD
+from bm25aug.lucene.opening import open_reader
 from bm25aug.lucene.pretokenize import tokenized_batches
-from bm25aug.model.tokenization import load_tokenizer, normalization, tokenizer_name, untruncated, vocab_hash
+from bm25aug.tokenization import load_tokenizer, normalization, tokenizer_name, untruncated, vocab_hash
 
 log = logging.getLogger(__name__)
 FLAVORS = ("flat", "wp", "multifield")  # what `bm25aug index --flavor` builds and bm25aug searches
@@ -58,20 +61,8 @@ MEMORY_BUFFER_MB = 256
 
 
 @dataclass
-class IndexMeta:
-    flavor: str
-    dataset: str
-    num_docs: int
-    tokenizer: str | None = None
-    vocab_hash: str | None = None
-    threads: int = 1
-    build_seconds: float = 0.0
-    corpus_fingerprint: str = ""
-    anserini: str = "IndexCollection JsonCollection DefaultLuceneDocumentGenerator"
-    docvectors: bool = False  # stored document vectors, which Pyserini's RM3 and Rocchio need
-    stock: bool = False  # built elsewhere (Pyserini/Anserini); bm25aug never writes into it
-
-    normalization: str | None = None  # wp: how the tokenizer lowercases and splits (tokenization.normalization)
+class IndexMeta(IndexRecord):
+    """A Lucene index folder's ``IndexRecord``: its ``meta.json``, or what a stock index's own fields say."""
 
     @classmethod
     def load(cls, index_dir: str | Path, tokenizer=None, flavor: str | None = None, probe: bool = True) -> "IndexMeta":
@@ -109,16 +100,11 @@ class IndexMeta:
 def index_path(dataset_name: str, flavor: str, root: str | Path | None = None) -> Path:
     """Where ``dataset_name``'s ``flavor`` index folder is, under ``root`` (a folder, never a URL:
     training and adapt read Lucene's files, which a cluster does not lend)."""
-    if "://" in str(root or ""):  # the URL itself is not echoed: it may hold credentials
-        raise UserError(f"--index-root takes a folder, and {str(root).split('://')[0]}://... is a URL; training "
+    if root is not None and index_location(str(root)) == CLUSTER:  # the URL itself is not echoed: it may hold credentials
+        raise UserError(f"--index-root takes a folder, and {url_scheme(root)} is a URL; training "
                         f"and adapt read an index folder, not a cluster; fix: drop --index-root (indexes/) or pass a "
                         f"folder, and search the cluster with `bm25aug search --index URL`")
     return Path(root or INDEX_ROOT) / f"{dataset_name}.{flavor}"
-
-
-def corpus_fingerprint(dataset: Dataset) -> str:
-    """Hash of the corpus file's bytes: any edit, even one that keeps every length, rebuilds."""
-    return digest(dataset.corpus_file)
 
 
 def _is_current(path: Path, fingerprint: str) -> bool:
@@ -302,15 +288,8 @@ def verify_index(index_dir: str | Path, dataset: Dataset, docids) -> None:
 
 
 def run(args) -> None:
-    """``bm25aug index``: build (or find up to date) each flavor's index of a dataset; print sizes."""
-    from bm25aug.lucene.reader import B, K1
-
-    cluster_only = {"--shards": getattr(args, "shards", None) is not None,
-                    "--replicas": getattr(args, "replicas", None) is not None,
-                    "--k1": getattr(args, "k1", K1) != K1, "--b": getattr(args, "b", B) != B}
-    if given := [flag for flag, set_ in cluster_only.items() if set_]:  # `--to URL` goes to bm25aug.opensearch.ingest
-        raise UserError(f"{' and '.join(given)} set up a cluster's index (BM25 settings are the searcher's on a Lucene "
-                        f"index); fix: add --to URL, or drop them and pass --k1/--b when searching")
+    """``bm25aug index`` without ``--to`` (``bm25aug.search.index_command`` checked its flags):
+    build (or find up to date) each flavor's index of a dataset; print sizes."""
     dataset = load_dataset(args.dataset, args.data_dir)
     for flavor in args.flavor:
         path = ensure_index(dataset, flavor, args.index_root, threads=args.threads, force=args.force)

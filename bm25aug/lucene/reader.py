@@ -1,4 +1,5 @@
-"""A thin layer over a Lucene index: open it, build queries in Java, get top-k back as arrays.
+"""``LuceneIndex``, the ``Index`` (``bm25aug.backend``) of a folder: open it, build queries in
+Java, get top-k back as arrays. The Java objects it searches with are ``bm25aug.lucene.opening``'s.
 
 Pyserini's searcher loads a stored document and wraps a Java object for every hit, which costs
 about 15x the search itself. Here the only per-query crossings into Java are building the query
@@ -11,7 +12,8 @@ Pyserini's ``search(..., fields=...)`` searches it. The id table is ``bm25aug.lu
 Results equal Pyserini's exactly. Anserini searches with ties broken by the external id, rounds
 each score to 4 decimals and then lowers the k-th of a run of equal rounded scores by k·1e-6 so
 that every evaluation tool keeps its order (``ScoreTiesAdjusterReranker``); ``anserini_top`` and
-``anserini_scores`` do the same in numpy, in float32 as Java does, for a whole batch at once.
+``anserini_scores`` (``bm25aug.ranking``) do the same in numpy, in float32 as Java does, for a
+whole batch at once.
 
 Threads: pyjnius stores the target object on a method shared by all instances of a class, so two
 threads calling the same method on different objects can swap targets (pyjnius #287, #563). Every
@@ -30,85 +32,16 @@ import numpy as np
 
 from bm25aug.cache import DF_ENTRIES, LRU
 from bm25aug.errors import UserError
-from bm25aug.lucene.jvm import JNI_LOCK, anserini_jar, jclass, process_wide
-from bm25aug.limits import MAX_CLAUSES, check
+from bm25aug.lucene.jvm import JNI_LOCK, jclass
+from bm25aug.lucene.opening import java, open_reader, search_error
+from bm25aug.limits import check
 from bm25aug.lucene import term_query
-from bm25aug.lucene.ranking import EMPTY, PAIRS, TopK, anserini_top
+from bm25aug.ranking import EMPTY, PAIRS, TIE_MARGIN, TopK, anserini_top
+from bm25aug.bm25_defaults import B, FIELD, K1, MULTIFIELD_WEIGHTS, RAW_FIELD
+from bm25aug.backend import ANALYZED, FIELD_TERMS, TERMS
 # The id table lives in bm25aug.lucene.docids; its names are re-exported here for the callers that read them.
 from bm25aug.lucene.docids import DOCIDS_FILE, ID_FIELD, commit_key, read_docids, stored_values  # noqa: F401
 
-FIELD = "contents"
-TITLE_FIELD = "title"  # a multifield index's second field (Anserini's BeirMultifieldCollection)
-# Pyserini's bm25-multifield (its BEIR 2CR: --fields contents=1.0 title=1.0): the default field weights.
-MULTIFIELD_WEIGHTS = {FIELD: 1.0, TITLE_FIELD: 1.0}
-RAW_FIELD = "raw"  # the document as Anserini stored it (-storeRaw): what the server returns with hits
-K1, B = 0.9, 0.4  # BM25 as Anserini's BEIR regressions run it: the default everywhere
-# What the Java pool searches (bm25aug.lucene.batch): a query text for Anserini's bag of words, or a weighted
-# term list's structure (bm25aug.lucene.term_query.element) on contents alone or on each of several fields.
-ANALYZED, TERMS, FIELD_TERMS = "analyzed", "terms", "field-terms"
-TIE_MARGIN = 64  # extra hits fetched so that a tie across the k-th place is resolved by external id, mostly without
-# a second search (research/thread_cpu.py counts the SciFact queries that need one: 23 of 300 with 16, none with 64)
-
-
-class _Java:
-    """Process-wide Java objects, resolved once (see the module docstring for why singletons)."""
-
-    def __init__(self):
-        with JNI_LOCK:
-            cls = jclass("java.lang.Class")
-            self.Integer = jclass("java.lang.Integer")
-            self.bag_of_words = jclass("io.anserini.search.query.BagOfWordsQueryGenerator")()
-            self.english = jclass("io.anserini.index.IndexCollection").DEFAULT_ANALYZER
-            self.search = _search_handle(cls, self.Integer.TYPE)
-            # Whether each unlocked call has run once under the lock (which resolves its classes).
-            self.search_warm, self.analyzed_warm = False, {}  # analyzed: {one field?: warm}
-            self.BM25 = jclass("org.apache.lucene.search.similarities.BM25Similarity")
-        self._integers: dict[int, object] = {}
-
-    def integer(self, n: int):
-        """A ``java.lang.Integer``, made once per value (search asks for the same few depths)."""
-        boxed = self._integers.get(n)
-        if boxed is None:
-            with JNI_LOCK:
-                boxed = self._integers.setdefault(n, self.Integer(n))
-        return boxed
-
-
-def _search_handle(cls, int_type):
-    """One ``MethodHandle`` for ``searcher.search(query, n).scoreDocs`` packed into a ``byte[]``
-    of big-endian (int doc, float score) pairs, built from ``java.lang.invoke`` combinators alone
-    (no Java source to compile): pyjnius then hands over one byte array instead of wrapping a
-    Java object per hit."""
-    h, mt = jclass("java.lang.invoke.MethodHandles"), jclass("java.lang.invoke.MethodType")
-    lookup = h.publicLookup()
-    jint, jfloat = int_type, jclass("java.lang.Float").TYPE
-    score_doc, score_docs = cls.forName("org.apache.lucene.search.ScoreDoc"), cls.forName("[Lorg.apache.lucene.search.ScoreDoc;")
-    top_docs, math, buffer = cls.forName("org.apache.lucene.search.TopDocs"), cls.forName("java.lang.Math"), cls.forName("java.nio.ByteBuffer")
-    integer = jclass("java.lang.Integer")
-    # pyjnius passes a Java varargs parameter as separate Python arguments.
-    times_eight = h.insertArguments(lookup.findStatic(math, "multiplyExact", mt.methodType(jint, [jint, jint])), 1, integer(8))
-    plus_four = h.insertArguments(lookup.findStatic(math, "addExact", mt.methodType(jint, [jint, jint])), 1, integer(4))
-    length = h.arrayLength(score_docs)
-    allocate = h.filterReturnValue(h.filterReturnValue(length, times_eight),
-                                   lookup.findStatic(buffer, "allocate", mt.methodType(buffer, [jint])))
-    element = h.arrayElementGetter(score_docs)
-    doc = h.filterReturnValue(element, lookup.findGetter(score_doc, "doc", jint))
-    score = h.filterReturnValue(element, lookup.findGetter(score_doc, "score", jfloat))
-    put_int = lookup.findVirtual(buffer, "putInt", mt.methodType(buffer, [jint, jint]))
-    put_float = lookup.findVirtual(buffer, "putFloat", mt.methodType(buffer, [jint, jfloat]))
-    step = mt.methodType(buffer, [buffer, jint, score_docs])  # (bytes, i, scoreDocs) -> bytes
-    put_doc = h.permuteArguments(h.collectArguments(h.filterArguments(put_int, 1, times_eight), 2, doc), step, 0, 1, 2, 1)
-    put_score = h.permuteArguments(h.collectArguments(
-        h.filterArguments(put_float, 1, h.filterReturnValue(times_eight, plus_four)), 2, score), step, 0, 1, 2, 1)
-    body = h.foldArguments(h.dropArguments(put_score, 1, buffer), put_doc)  # put_score(put_doc(b, i, a), i, a)
-    pack = h.filterReturnValue(h.countedLoop(length, allocate, body),
-                               lookup.findVirtual(buffer, "array", mt.methodType(cls.forName("[B"))))
-    search = lookup.findVirtual(cls.forName("org.apache.lucene.search.IndexSearcher"), "search", mt.methodType(
-        top_docs, [cls.forName("org.apache.lucene.search.Query"), jint]))
-    return h.filterReturnValue(h.filterReturnValue(search, lookup.findGetter(top_docs, "scoreDocs", score_docs)), pack)
-
-
-java = process_wide(_Java)  # () -> _Java
 
 
 def check_fields(fields: dict[str, float] | None) -> dict[str, float] | None:
@@ -174,6 +107,12 @@ class LuceneIndex:
     def close(self) -> None:
         with JNI_LOCK:
             self.reader.close()
+
+    def verify(self, dataset) -> None:
+        """That this index holds ``dataset``'s very corpus (``bm25aug.lucene.index.verify_index``)."""
+        from bm25aug.lucene.index import verify_index
+
+        verify_index(self.path, dataset, self.docids)
 
     def doc_numbers(self, ids: list[str]) -> np.ndarray:
         """Lucene doc number of each external id (-1 where no document has exactly that id), by
@@ -305,50 +244,3 @@ class LuceneIndex:
         check("k", k)
         check("threads", threads)
         return PendingSearch(self, kind, texts, k, threads)
-
-
-def open_reader(index_dir: str | Path):
-    """A Lucene ``DirectoryReader`` over the index folder (close it when done). Lucene checks each
-    file's footer as it opens it, so a truncated or damaged index is one error line here."""
-    java()  # starts the JVM with Anserini's classpath, which importing jnius first would not
-    from jnius import JavaException
-
-    try:
-        with JNI_LOCK:
-            directory = jclass("org.apache.lucene.store.FSDirectory").open(jclass("java.nio.file.Paths").get(str(index_dir)))
-            return jclass("org.apache.lucene.index.DirectoryReader").open(directory)
-    except JavaException as e:
-        raise damaged(index_dir, e) from None
-
-
-# Java failing to load or link its own code: the jar on the classpath is incomplete or from another
-# release, whatever index is open, so rebuilding the index would not help.
-_LINKAGE_ERRORS = ("NoClassDefFoundError", "ClassNotFoundException", "NoSuchMethodError", "NoSuchFieldError",
-                   "IncompatibleClassChangeError", "UnsatisfiedLinkError")
-
-
-def damaged(index_dir: str | Path, error: Exception) -> UserError:
-    """The error for an index that Lucene cannot read (a truncated or overwritten file), unless
-    Java failed to load or link its own classes, which no rebuild of the index would mend."""
-    cause = (str(error).splitlines() or [type(error).__name__])[0][:160]
-    # pyjnius keeps a Java error's class apart from its message (``classname``), and a wrapped
-    # error names its cause only in the stack trace, so look at all of it.
-    classname = getattr(error, "classname", None) or ""
-    everything = " ".join([classname, str(error), *map(str, getattr(error, "stacktrace", None) or [])])
-    if any(name in everything for name in _LINKAGE_ERRORS):
-        if classname:
-            cause = f"{classname}: {getattr(error, 'innermessage', None) or cause}"[:160]
-        return UserError(f"Java cannot load or link Lucene's classes ({cause}); {index_dir} is not at fault, the "
-                         f"Anserini jar {anserini_jar()} is incomplete or from another release; fix: pip install "
-                         f"--force-reinstall --no-deps pyserini==1.6.0")
-    return UserError(f"{index_dir} is damaged: Lucene cannot read it ({cause}); fix: rebuild it with "
-                     f"`bm25aug index --dataset NAME --force`, or restore the original index")
-
-
-def search_error(index_dir: str | Path, error: Exception) -> UserError:
-    """A search Lucene refused: too many query clauses (a query's own limit, checked before the search
-    by ``term_query.check_clauses``; nested ones count too), else a damaged index."""
-    everything = " ".join([getattr(error, "classname", None) or "", type(error).__name__, str(error)])
-    if "TooManyClauses" in everything or "TooManyNestedClauses" in everything:
-        return UserError(f"the query has more distinct terms than Lucene's clause limit ({MAX_CLAUSES:,}); fix: shorten it")
-    return damaged(index_dir, error)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-_EXPORTS = {"AugmenterConfig": "bm25aug.model.config", "QueryAugmenter": "bm25aug.model.augmenter", "QueryEncoder": "bm25aug.model.encoder", "load_encoder": "bm25aug.model.onnx_encoder", "export_term_lists": "bm25aug.model.export"}
+_EXPORTS = {"AugmenterConfig": "bm25aug.model.config", "QueryAugmenter": "bm25aug.model.augmenter", "QueryEncoder": "bm25aug.model.encoder", "load_encoder": "bm25aug.model.loading", "export_term_lists": "bm25aug.model.export"}
 __all__ = sorted(_EXPORTS)
 
 

@@ -35,7 +35,7 @@ from bm25aug.errors import UserError
 from bm25aug.model.config import CONFIG_NAME, PAPER_ENCODER, AugmenterConfig, finite
 from bm25aug.model.encoder import QueryEncoder
 from bm25aug.model.card import CARD_NAME, card_text
-from bm25aug.model.tokenization import hub_then_local, portable_name, vocab_hash
+from bm25aug.tokenization import hub_then_local, portable_name, vocab_hash
 
 log = logging.getLogger(__name__)
 WEIGHTS_NAME = "model.safetensors"

@@ -14,7 +14,7 @@ from pathlib import Path
 from bm25aug import recipes
 from bm25aug.errors import UserError
 from bm25aug.limits import check_all, check_choice
-from bm25aug.model.tokenization import portable_name
+from bm25aug.tokenization import portable_name
 
 PAPER_ENCODER = "distilbert-base-uncased"
 CONFIG_NAME = "bm25aug_config.json"

@@ -1,4 +1,4 @@
-"""Query encoders for search: an int8 ONNX Runtime copy of the model, and how to pick one.
+"""The int8 ONNX Runtime copy of a contextual model, and its query encoder (search's default).
 
 The fp32 torch ``QueryAugmenter`` is the reference; training uses it. At search time a query is
 encoded alone on one thread, where PyTorch's per-operator overhead dominates; ONNX Runtime runs
@@ -9,8 +9,8 @@ The ONNX file is exported once per checkpoint, into ``<checkpoint>/onnx/`` (or, 
 checkpoint is read-only, into ``~/.cache/bm25aug/onnx/<hash>/``). Its record (``bm25aug.io``'s
 derived files) ties it to what it came from, the weights, the model config (the heads' settings
 are in the graph) and the export recipe, and holds its checksum: new weights or settings, or a
-changed, truncated or swapped ``.onnx``, and it is exported again. ``AugmentedSearcher`` and ``bm25aug export``
-load encoders only through ``load_encoder``, so both always use the same one.
+changed, truncated or swapped ``.onnx``, and it is exported again. ``AugmentedSearcher``, ``bm25aug export`` and
+the server load encoders only through ``bm25aug.model.loading.load_encoder``, so all use the same one.
 """
 
 from __future__ import annotations
@@ -22,13 +22,10 @@ from pathlib import Path
 
 import torch
 
-from bm25aug.errors import UserError
 from bm25aug.io import CACHE_ROOT, atomic_dir, derived_ok, digest, lock_held, record_derived, source_key
-from bm25aug.limits import RUNTIMES, check_choice
 from bm25aug.model.encoder import QueryEncoder
 from bm25aug.model.augmenter import CONFIG_NAME, WEIGHTS_NAME, AugmenterConfig, QueryAugmenter
-from bm25aug.model.loading import is_reweighter, is_static, load_model
-from bm25aug.model.packaged import ONNX_FILE, TOKENIZER_FILE, check_packaged, damaged, is_packaged, resolve
+from bm25aug.model.packaged import ONNX_FILE, TOKENIZER_FILE, check_packaged, damaged
 
 log = logging.getLogger(__name__)
 ONNX_DIR = "onnx"
@@ -123,7 +120,7 @@ class OnnxQueryEncoder(QueryEncoder):
 
     def __init__(self, path: Path, config: AugmenterConfig, tokenizer, target, origin: Path | None):
         """``path``: the ONNX file; ``origin``: the model folder it stands for (``encoder.path``)."""
-        self.session = onnx_session(path)
+        self.session, self.onnx_path = onnx_session(path), Path(path)  # onnx_path: the file the session runs
         self.config, self.tokenizer, self.target, self.path = config, tokenizer, target, origin
 
     @classmethod
@@ -173,43 +170,3 @@ def onnx_path(checkpoint: Path, model: QueryAugmenter, source: str | None = None
     folder = own if usable else CACHE_DIR / source
     log.info("exporting %s to ONNX (int8) in %s", checkpoint, folder)
     return export_onnx(model, folder, source)
-
-
-def load_encoder(checkpoint: str | Path, runtime: str = "onnx-int8"):
-    """The query encoder of a checkpoint (a folder, or a packaged model's name: ``bm25aug.model.packaged``):
-    ``onnx-int8`` (default: fastest on CPU), ``torch-int8`` or ``torch-fp32`` (the reference).
-    Anything with ``encode``, ``tokenizer`` and ``config``."""
-    check_choice("query encoder runtime", runtime, RUNTIMES)
-    checkpoint = resolve(checkpoint)  # a folder, or a packaged model's name ("general")
-    if is_packaged(checkpoint):  # first: its files are checked before any is read
-        return OnnxQueryEncoder.packaged(checkpoint, runtime)
-    if is_reweighter(checkpoint):  # no encoder: numpy lookups and a tiny head, every runtime the same
-        from bm25aug.model.reweighter import Reweighter
-
-        return Reweighter.from_folder(checkpoint)
-    model, source = _read(checkpoint)
-    if is_static(model):
-        return model  # a table lookup: nothing to export or quantize, every runtime is the same
-    if runtime == "torch-fp32":
-        return model
-    if runtime == "torch-int8":
-        return model.quantized()
-    return OnnxQueryEncoder(onnx_path(checkpoint, model, source), model.config, model.tokenizer, model.target,
-                            model.path)
-
-
-def _read(checkpoint: Path, tries: int = 3) -> tuple[QueryAugmenter, str | None]:
-    """The model of ``checkpoint``; while a training run writes its folder, also the hash of the
-    files it was read from, read again until the files did not change while they were read."""
-    if not lock_held(checkpoint.parent) or AugmenterConfig.load(checkpoint).query_side == "static":
-        return load_model(checkpoint), None  # (a static model is exported nowhere)
-    for _ in range(tries):
-        try:
-            source = export_source(checkpoint)
-            model = load_model(checkpoint)
-            if export_source(checkpoint) == source:
-                return model, source
-        except (UserError, OSError):
-            pass  # replaced half-way through: read it again
-    raise UserError(f"{checkpoint} kept changing while it was read (a training run is writing its folder); fix: "
-                    f"wait for that run to end, or copy the model folder elsewhere and pass the copy")

@@ -187,14 +187,7 @@ def full_model(folder: Path) -> str:
     return f"{run}/best (made by `python -m bm25aug.model.packaged {folder.name}`)"
 
 
-def build(name: str) -> Path:
-    """Make the packaged model ``name`` (``bm25aug.model.package_build.build``)."""
-    from bm25aug.model.package_build import build as build_package
-
-    return build_package(name)
-
-
-if __name__ == "__main__":
+if __name__ == "__main__":  # the command package.json records; the build itself is apart from the runtime
     from bm25aug.model.package_build import main
 
     main()

@@ -85,7 +85,7 @@ class Reweighter(QueryEncoder):
         config = AugmenterConfig.load(folder)
         if config.query_side != QUERY_SIDE:
             raise UserError(f"{folder} holds a {config.query_side} model, not a reweighter; fix: load it with "
-                            f"bm25aug.model.onnx_encoder.load_encoder")
+                            f"bm25aug.model.loading.load_encoder")
         try:
             tables = load_file(str(folder / WEIGHTS_FILE))
             tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))

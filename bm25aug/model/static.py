@@ -85,7 +85,7 @@ class StaticQueryModel(nn.Module, QueryEncoder):
     def from_tokenizer(cls, encoder_name: str | None = None, **config) -> "StaticQueryModel":
         """A new static model with the WordPiece tokenizer of ``encoder_name`` (the packaged one by
         default; wp queries are read with it). Its table is empty until ``fit_table``."""
-        from bm25aug.model.tokenization import load_tokenizer, portable_name, tokenizer_name, vocab_hash
+        from bm25aug.tokenization import load_tokenizer, portable_name, tokenizer_name, vocab_hash
 
         tok = load_tokenizer(encoder_name)
         return cls(AugmenterConfig(encoder=portable_name(tokenizer_name(tok)), vocab_hash=vocab_hash(tok),
@@ -177,7 +177,7 @@ class StaticQueryModel(nn.Module, QueryEncoder):
             from bm25aug.lucene.analysis import analyze_chunks
 
             return analyze_chunks(text)
-        from bm25aug.model.tokenization import untruncated
+        from bm25aug.tokenization import untruncated
 
         special = set(self.tokenizer.all_special_tokens)
         return [t for t in untruncated(self.tokenizer).encode(text, add_special_tokens=False).tokens if t not in special]

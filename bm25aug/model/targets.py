@@ -56,7 +56,7 @@ class Target:
 
     def __init__(self, tokenizer, config):
         """``config``: the model's ``AugmenterConfig`` (window, weight floor, augmentation gate)."""
-        from bm25aug.model.tokenization import window_tokenizer
+        from bm25aug.tokenization import window_tokenizer
 
         self.tokenizer, self.config, self.max_length = tokenizer, config, config.max_query_length
         self.window = window_tokenizer(tokenizer, self.max_length)  # what the encoder reads of a query
@@ -75,7 +75,7 @@ class Target:
     @cached_property
     def feedback_window(self):
         """What a learned-feedback model reads of its feedback: ``max_query_length`` tokens."""
-        from bm25aug.model.tokenization import window_tokenizer
+        from bm25aug.tokenization import window_tokenizer
 
         return window_tokenizer(self.tokenizer, self.max_length, pad=False)
 
@@ -242,7 +242,7 @@ class WordPieceTarget(Target):
         self.live_tokens = tokenizer.convert_ids_to_tokens(self.live.tolist())
 
     def occurrences(self, query, offsets, real):
-        from bm25aug.model.tokenization import note_unknown, untruncated
+        from bm25aug.tokenization import note_unknown, untruncated
 
         tokens = untruncated(self.tokenizer).encode(query, add_special_tokens=False).tokens
         note_unknown(self.tokenizer, tokens, query)

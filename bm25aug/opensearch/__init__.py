@@ -1,8 +1,9 @@
 """Search on an OpenSearch cluster, beside ``bm25aug.lucene``: the same searchers, the same scores.
 
-* ``client``: a cluster's URL and a small JSON-over-HTTP client that fails over between its nodes
-  (``transport``: one request to one node, with its timeouts; ``nodes``: which node to ask first,
-  and the probes that bring a failed one back);
+* ``client``: a cluster's URL, and ``Client``: every request through one opensearch-py
+  ``OpenSearch`` client (built for the URL by ``transport``: timeouts, TLS, credentials, failover;
+  or the user's own), its exceptions as ours in one place (``nodes``: which node to ask first, and
+  the probes that bring a failed one back; ``retry``: the one policy for sending again);
 * ``schema``: the index's analyzer, similarity and mapping, so that it scores as the flat index;
 * ``ingest``: ``bm25aug index --to URL``, streamed in bulk, resumable;
 * ``index``: ``OpenSearchIndex``, what ``BM25Searcher`` searches when ``--index`` is a URL

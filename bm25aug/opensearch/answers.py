@@ -1,6 +1,8 @@
 """Reading a cluster's answers: ``shaped`` (an answer not shaped as OpenSearch's is one line, never
 a raw ``KeyError``), ``checked`` (every shard answered, or an error naming the one that did not),
-``error_kind`` (an ``_msearch`` answer's error type) and ``boost`` (of a score's explanation)."""
+``error_kind`` (an ``_msearch`` answer's error type), ``responses`` (an ``_msearch``'s answers, one
+for each search sent, or an error: never fewer hits lists than queries) and ``boost`` (of a score's
+explanation)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,17 @@ def error_kind(response) -> str:
     """OpenSearch's error type in one answer of an ``_msearch`` ('' when none)."""
     error = response.get("error") if isinstance(response, dict) else None
     return str(error.get("type", "")) if isinstance(error, dict) else str(error or "")
+
+
+def responses(answer: dict, count: int, where: str) -> list[dict]:
+    """The ``count`` answers of an ``_msearch``, in the order of its searches; any other shape (fewer
+    answers, say) is one line, never a query left without hits in silence."""
+    found = answer.get("responses") if isinstance(answer, dict) else None
+    if not isinstance(found, list) or len(found) != count or not all(isinstance(r, dict) for r in found):
+        got = len(found) if isinstance(found, list) else "no"
+        raise UserError(f"{where}: the cluster answered an _msearch of {count} searches with {got} answers; fix: "
+                        f"point the URL at an OpenSearch 2.x cluster's nodes")
+    return found
 
 
 def checked(answer: dict, where: str) -> dict:

@@ -1,58 +1,48 @@
-"""A cluster's address and a small HTTP client for it: JSON in and out, every node of the URL tried
-in turn, an error as one line that names the node and the fix.
+"""A cluster's address, and ``Client``: bm25aug's requests to a cluster through one opensearch-py
+``OpenSearch`` client, its errors as one line that names the request and the fix.
 
 A cluster URL names its nodes and, after a slash, an index: ``http://127.0.0.1:9200,127.0.0.1:9201/scifact``
 (``https://`` for TLS). A query string may set ``stats=local`` (``bm25aug.opensearch.index``).
-Credentials never go in the URL (one holding ``@`` is refused without echoing it):
-``BM25AUG_OPENSEARCH_USER`` and ``BM25AUG_OPENSEARCH_PASSWORD`` give HTTP basic auth, sent only over
-``https://`` (over ``http://`` they are refused unless ``BM25AUG_OPENSEARCH_ALLOW_HTTP_AUTH=1``,
-then with a warning), ``BM25AUG_OPENSEARCH_CA`` a CA bundle to check the nodes' certificates with.
+Credentials never go in the URL (one holding ``@`` is refused without echoing it): they come from
+the environment (``transport``, which builds the client of a URL: timeouts, TLS, failover).
 
-Only the standard library (``http.client``): one keep-alive connection per node and thread
-(``transport``). Timeouts are of seconds: ``CONNECT_TIMEOUT_S`` to connect
-(``BM25AUG_OPENSEARCH_CONNECT_TIMEOUT``), ``READ_TIMEOUT_S`` of silence before the node is probed
-(``BM25AUG_OPENSEARCH_READ_TIMEOUT``); a node that answers the probe is busy and waited for up to
-``BUSY_S`` (longer for a request that passes OpenSearch a ``timeout``, or a long operation's own
-``request(timeout=...)``, such as a force merge). A node that refuses, drops a connection or stays
-silent goes to the back of the list until it answers again (``nodes.Nodes``), so a silent node
-costs one timeout and one probe (15 s), not one per request. A request that no node answers is a
-``ClusterUnavailable`` naming each node and why; so is an answer that says the cluster cannot
-serve now (5xx, 429): not the caller's fault (``bm25aug.errors.Unavailable``).
+``Client.given`` wraps an ``OpenSearch`` client the user built (SigV4, API keys, certificates,
+sniffing, pools: its own settings, never changed, never closed by bm25aug).
+
+Every opensearch-py exception becomes ours here (``Client.call``), and only here: no answer from
+any node (``ConnectionError``, ``ConnectionTimeout``, ``SSLError``) and an answer that says the
+cluster cannot serve now (5xx, 429) are a ``ClusterUnavailable`` (``bm25aug.errors.Unavailable``:
+not the caller's fault); any other refusal (``TransportError`` with a status) a ``ClusterError``
+with OpenSearch's status and error type; an answer that is not JSON a ``UserError``. What is sent
+again, and when, is ``bm25aug.opensearch.retry``'s.
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import logging
-import math
-import os
 import re
-import ssl
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode
 
+from opensearchpy import OpenSearch
+from opensearchpy.exceptions import ConnectionError as NoAnswer
+from opensearchpy.exceptions import ConnectionTimeout, SerializationError, SSLError, TransportError
+from opensearchpy.helpers import streaming_bulk
+
 from bm25aug.errors import Unavailable, UserError
-from bm25aug.opensearch.nodes import Nodes
-from bm25aug.opensearch.transport import BUSY_S, CONNECT_TIMEOUT_S, READ_TIMEOUT_S, Connections, NodeFailed
+from bm25aug.opensearch import transport
+from bm25aug.opensearch.answers import shaped
+from bm25aug.opensearch.nodes import ProbedPool
+from bm25aug.opensearch.transport import (CONNECT_ENV, CONNECT_TIMEOUT_S, PASSWORD_ENV, READ_ENV,  # noqa: F401
+                                          READ_TIMEOUT_S, USER_ENV)
 
 SCHEMES = ("http://", "https://")
-CONNECT_ENV, READ_ENV = "BM25AUG_OPENSEARCH_CONNECT_TIMEOUT", "BM25AUG_OPENSEARCH_READ_TIMEOUT"
-USER_ENV, PASSWORD_ENV = "BM25AUG_OPENSEARCH_USER", "BM25AUG_OPENSEARCH_PASSWORD"
-ALLOW_HTTP_AUTH_ENV = "BM25AUG_OPENSEARCH_ALLOW_HTTP_AUTH"  # "1": send credentials over http:// too
 RETRY_AFTER_S = 5  # what an outage tells a caller to wait before trying again
 _HOST = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+)(?::(\d{1,5}))?$")
 _INDEX = re.compile(r"^[a-z0-9][a-z0-9._+-]{0,199}$")  # OpenSearch's rule for index names, less the rare characters
 _URL_FORM = "http://HOST:PORT[,HOST:PORT...]/INDEX (e.g. http://127.0.0.1:9200/scifact)"
 _SERVER_TIMEOUT = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")  # OpenSearch's time units that a `timeout` takes
 _UNIT_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-log = logging.getLogger(__name__)
-_warned_http_auth: set[str] = set()  # the node lists warned about credentials over http://, once each
-
-
-def is_cluster(location) -> bool:
-    """Whether ``location`` (an ``--index`` value) names a cluster rather than an index folder or a prebuilt name."""
-    return isinstance(location, str) and location.lower().startswith(SCHEMES)
 
 
 @dataclass(frozen=True)
@@ -67,7 +57,7 @@ class ClusterURL:
 
     @classmethod
     def parse(cls, url: str, need_index: bool = True) -> "ClusterURL":
-        if not is_cluster(url):
+        if not (isinstance(url, str) and url.lower().startswith(SCHEMES)):  # http:// or https://
             shown = "the location given" if "@" in str(url) else repr(url)  # it may hold a password: not echoed
             raise UserError(f"{shown} is not a cluster URL; fix: write {_URL_FORM}")
         if "@" in url:  # user:password@ (a password may hold '/' or '?', so anywhere): never echoed
@@ -92,7 +82,7 @@ class ClusterURL:
 
     @property
     def nodes(self) -> str:
-        return ",".join(f"{h}:{p}" for h, p in self.hosts)
+        return ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self.hosts)
 
     def __str__(self) -> str:
         query = f"?{urlencode(self.options)}" if self.options else ""
@@ -117,99 +107,131 @@ class ClusterUnavailable(ClusterError, Unavailable):
 
 
 class Client:
-    """JSON requests to a cluster's nodes (``ClusterURL``), thread-safe. ``timeout``: the read
-    timeout in seconds (the silence after which a node is probed), ``connect_timeout`` the connect
-    one (None: their environment variables, else ``READ_TIMEOUT_S`` and ``CONNECT_TIMEOUT_S``).
-    ``credentials``: whether to send ``BM25AUG_OPENSEARCH_USER``'s (False for a cluster known to
-    need none, such as ``bm25aug cluster start``'s)."""
+    """bm25aug's requests to a cluster (``url``: a ``ClusterURL``), thread-safe, through one
+    ``OpenSearch`` client built for the URL (``transport.connect``). ``timeout``: the read timeout in
+    seconds, ``connect_timeout`` the connect one (None: their environment variables, else
+    ``READ_TIMEOUT_S`` and ``CONNECT_TIMEOUT_S``). ``credentials``: whether to send
+    ``BM25AUG_OPENSEARCH_USER``'s (False for a cluster known to need none, such as
+    ``bm25aug cluster start``'s)."""
 
     def __init__(self, url: ClusterURL, timeout: float | None = None, connect_timeout: float | None = None,
                  credentials: bool = True):
-        self.url = url
-        self.timeout = _timeout(timeout, READ_ENV, READ_TIMEOUT_S)
-        self.connect_timeout = _timeout(connect_timeout, CONNECT_ENV, CONNECT_TIMEOUT_S)
-        self._auth = _auth_header(url) if credentials else {}
-        self.connections = Connections(_tls_context() if url.scheme == "https" else None, self.connect_timeout,
-                                       self.timeout)
-        self.nodes = Nodes(url.hosts, self.connections.probe)
+        self.url, self.owned = url, True
+        self.timeout = transport.timeout(timeout, READ_ENV, READ_TIMEOUT_S)
+        self.connect_timeout = transport.timeout(connect_timeout, CONNECT_ENV, CONNECT_TIMEOUT_S)
+        self.opensearch = transport.connect(url, self.timeout, self.connect_timeout, credentials)
+
+    @classmethod
+    def given(cls, opensearch: OpenSearch, index: str | None) -> "Client":
+        """A client the user built and configured (``opensearchpy.OpenSearch``), used as it is: its
+        hosts, auth, TLS, timeouts, pool, sniffing and retries are its own; ``close`` leaves it open.
+        ``index``: the index name, optionally with ``?stats=local``, as after a URL's slash."""
+        if not isinstance(opensearch, OpenSearch):
+            raise UserError(f"a client of type {type(opensearch).__name__} was given; fix: pass an "
+                            f"opensearchpy.OpenSearch client (the synchronous one)")
+        self = cls.__new__(cls)
+        self.url, self.owned = _described(opensearch, index), False
+        self.timeout, self.connect_timeout, self.opensearch = None, None, opensearch
+        return self
 
     def request(self, method: str, path: str, body=None, params: dict | None = None, ndjson: bool = False,
                 timeout: float | None = None, ok: tuple[int, ...] = ()) -> dict:
         """The decoded JSON answer. ``body``: a dict (JSON), a list of dicts (NDJSON lines when
-        ``ndjson``), or None. ``timeout``: how long this request may take on a node that answers
-        probes (None: ``BUSY_S``, or longer when ``params`` asks OpenSearch to wait a ``timeout``).
-        An HTTP status of 400 or more is a ``ClusterError`` (``ClusterUnavailable`` for 5xx and
-        429) unless in ``ok``."""
-        data = _encode(body, ndjson)
-        target = path + (f"?{urlencode(params)}" if params else "")
-        headers = {"Content-Type": "application/x-ndjson" if ndjson else "application/json", **self._auth}
-        patience = timeout or max(BUSY_S, _server_timeout(params) + self.timeout)
-        failures, first = [], []
-        for host in self.nodes.order():
-            try:
-                status, payload = self.connections.exchange(host, method, target, data, headers, patience)
-            except NodeFailed as e:
-                if self.nodes.failed(host):
-                    first.append((host, str(e)))
-                failures.append(f"{host[0]}:{host[1]} ({e})")
-                continue
-            self.nodes.answered(host)
-            for skipped, why in first:
-                self.nodes.skipped(skipped, f"{method} {path}", why)
-            answer = _decode(payload, host)
-            if status >= 400 and status not in ok:
-                raise _error(status, answer, method, path, host)
-            return answer
-        raise ClusterUnavailable(f"no node of the cluster answered {method} {path}: {', '.join(failures)}; fix: check "
-                                 f"that the cluster runs (`bm25aug cluster status`) and that the URL names its nodes")
+        ``ndjson``), or None. ``timeout``: how long this request may take (None: the client's read
+        timeout, or longer when ``params`` asks OpenSearch to wait a ``timeout``). An HTTP status of
+        400 or more is a ``ClusterError`` (``ClusterUnavailable`` for 5xx and 429) unless in ``ok``."""
+        wire = self.opensearch.transport
+        headers = None
+        if ndjson:
+            body = "".join(wire.serializer.dumps(line) + "\n" for line in body)
+            headers = {"content-type": "application/x-ndjson"}
+        params = dict(params or {})
+        if timeout is None and "timeout" in params:  # (opensearch-py would take it for the request's own)
+            timeout = _server_timeout(params) + (self.timeout or READ_TIMEOUT_S)
+        answer = self.call(f"{method} {path}", lambda: wire.perform_request(
+            method, path, params=params or None, body=body, timeout=timeout, ignore=ok, headers=headers))
+        if answer in ("", None):
+            return {}
+        if not isinstance(answer, dict):
+            raise UserError(f"{self.url.nodes} answered {method} {path} with something that is not a JSON object "
+                            f"({str(answer)[:80]!r}); fix: point the URL at an OpenSearch node's HTTP port")
+        return answer
+
+    def bulk(self, index: str, actions: list[dict]) -> list[tuple[bool, dict]]:
+        """Each bulk action's (ok, {op: item}), in order, sent by opensearch-py's
+        ``helpers.streaming_bulk`` as one request (or more, past its 100 MB), which reads each item
+        and retries nothing (``max_retries=0``: ``retry`` decides)."""
+        what = f"POST /{index}/_bulk"
+        return shaped(self.url.nodes, what, lambda: self.call(what, lambda: list(streaming_bulk(
+            self.opensearch, actions, chunk_size=max(len(actions), 1), raise_on_error=False, raise_on_exception=True,
+            max_retries=0, index=index))))
+
+    def call(self, what: str, send):
+        """``send()``, an opensearch-py call; its exceptions as ours, naming ``what`` was asked."""
+        try:
+            return send()
+        except NoAnswer as e:
+            raise ClusterUnavailable(f"no node of the cluster answered {what} ({self.url.nodes}; the last: "
+                                     f"{_why(e, self.timeout)}); fix: check that the cluster runs (`bm25aug cluster "
+                                     f"status`) and that the URL names its nodes") from None
+        except TransportError as e:
+            raise _error(e.status_code, e.info if isinstance(e.info, dict) else _parsed(e.error), what) from None
+        except SerializationError as e:
+            raise UserError(f"{self.url.nodes} answered {what} with something that is not JSON ({str(e)[:80]}); fix: "
+                            f"point the URL at an OpenSearch node's HTTP port") from None
+
+    def failing(self) -> list[str]:
+        """The nodes (``HOST:PORT``) asked last now, until they answer a probe (``nodes.ProbedPool``;
+        none for one node, or a client the user built)."""
+        pool = self.opensearch.transport.connection_pool
+        return pool.nodes.failing() if isinstance(pool, ProbedPool) else []
 
     def close(self) -> None:
-        """Close every thread's connections (a later request opens new ones)."""
-        self.connections.close()
+        """Close the connections of a client bm25aug built (a later request opens new ones); a
+        client the user gave stays as it is."""
+        if self.owned:
+            self.opensearch.close()
 
 
-def _timeout(given, variable: str, default: float) -> float:
-    """A timeout in seconds: ``given``, else ``variable`` from the environment, else ``default``;
-    anything but a number above 0 is one line naming where it came from."""
-    value = given if given is not None else (os.environ.get(variable) or "").strip() or default
+def _described(opensearch: OpenSearch, index: str | None) -> ClusterURL:
+    """A given client's nodes and ``index`` as a ``ClusterURL``, for messages (never its credentials)."""
+    hosts, scheme = [], "http"
+    for host in opensearch.transport.hosts or [{}]:
+        hosts.append((str(host.get("host", "localhost")), int(host.get("port", 9200))))
+        if host.get("use_ssl") or host.get("scheme") == "https" or opensearch.transport.kwargs.get("use_ssl"):
+            scheme = "https"
+    return ClusterURL.parse(f"{scheme}://{ClusterURL(scheme, tuple(hosts), None).nodes}/{index or ''}",
+                            need_index=index is not None)
+
+
+def _parsed(text):
+    """An error answer opensearch-py left as text (it parses only ``application/json`` ones)."""
     try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        where = f"{variable}={value!r}" if given is None else f"a timeout of {value!r}"
-        raise UserError(f"{where} is not a number of seconds above 0; fix: set it to e.g. {default:g}, or unset it "
-                        f"for that default")
-    return seconds
+        return json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        return text
 
 
-def _server_timeout(params: dict | None) -> float:
+def _server_timeout(params: dict) -> float:
     """The seconds of a ``timeout`` parameter OpenSearch waits out itself (e.g. ``60s`` with
     ``wait_for_status``), which a request's patience must outlast; 0 when none."""
-    match = _SERVER_TIMEOUT.match(str((params or {}).get("timeout", "")).strip())
+    match = _SERVER_TIMEOUT.match(str(params.get("timeout", "")).strip())
     return float(match.group(1)) * _UNIT_S[match.group(2)] if match else 0.0
 
 
-def _encode(body, ndjson: bool) -> bytes | None:
-    if body is None:
-        return None
-    if ndjson:
-        return "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in body).encode("utf-8")
-    return json.dumps(body, ensure_ascii=False).encode("utf-8")
+def _why(e: NoAnswer, read_timeout: float | None) -> str:
+    """A transport error in a few words."""
+    if isinstance(e, ConnectionTimeout):
+        return f"silent for {read_timeout:g} s" if read_timeout else "silent past the client's timeout"
+    cause = str(e.info)
+    if isinstance(e, SSLError):
+        return f"TLS: {cause[:120]}"
+    if "refused" in cause.lower():
+        return "connection refused"
+    return f"{type(e.info).__name__}: {cause[:120]}"
 
 
-def _decode(payload: bytes, host) -> dict:
-    try:
-        answer = json.loads(payload) if payload else {}
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-        answer = None
-    if not isinstance(answer, dict):
-        raise UserError(f"{host[0]}:{host[1]} answered with something that is not a JSON object "
-                        f"({payload[:80]!r}); fix: point the URL at an OpenSearch node's HTTP port") from None
-    return answer
-
-
-def _error(status: int, answer: dict, method: str, path: str, host) -> ClusterError:
+def _error(status, answer, what: str) -> ClusterError:
     """OpenSearch's error as one line: its type and reason, the deepest shard failure's too."""
     error = answer.get("error") if isinstance(answer, dict) else None
     if isinstance(error, dict):
@@ -225,35 +247,10 @@ def _error(status: int, answer: dict, method: str, path: str, host) -> ClusterEr
             reason += f" ({error['caused_by'].get('type', '')}: {error['caused_by'].get('reason', '')})"
     else:
         kind, reason = "", str(error or answer)[:200]
-    message = f"{method} {path} on {host[0]}:{host[1]}: OpenSearch answered {status} {kind}: {reason}"
-    fix = ("check BM25AUG_OPENSEARCH_USER and BM25AUG_OPENSEARCH_PASSWORD" if status in (401, 403)
+    status = status if isinstance(status, int) else 0
+    message = f"{what}: OpenSearch answered {status} {kind}: {reason}"
+    fix = (f"check {USER_ENV} and {PASSWORD_ENV} (or the given client's credentials)" if status in (401, 403)
            else "see the cluster's health (`bm25aug cluster status`, or GET _cluster/health)" if status >= 500
            else "see the message; the request was refused as it stands")
     kind_of = ClusterUnavailable if status >= 500 or status == 429 else ClusterError  # 429: its queues are full
     return kind_of(f"{' '.join(message.split())}; fix: {fix}", status, kind)
-
-
-def _auth_header(url: ClusterURL) -> dict[str, str]:
-    """HTTP basic auth from the environment: over ``https://``; over ``http://`` refused unless
-    ``BM25AUG_OPENSEARCH_ALLOW_HTTP_AUTH=1`` says so (then a warning, once per node list)."""
-    user, password = os.environ.get(USER_ENV), os.environ.get(PASSWORD_ENV)
-    if not user:
-        return {}
-    if url.scheme != "https":
-        if os.environ.get(ALLOW_HTTP_AUTH_ENV, "").strip() != "1":
-            raise UserError(f"{USER_ENV} is set, and {url.scheme}://{url.nodes} is plain HTTP, which would send the "
-                            f"password in clear to every node; fix: use the nodes' https:// address, or set "
-                            f"{ALLOW_HTTP_AUTH_ENV}=1 if no one else can read that network, or unset {USER_ENV}")
-        if url.nodes not in _warned_http_auth:
-            _warned_http_auth.add(url.nodes)
-            log.warning("sending %s's credentials in clear over http:// to %s (%s=1)", USER_ENV, url.nodes,
-                        ALLOW_HTTP_AUTH_ENV)
-    token = base64.b64encode(f"{user}:{password or ''}".encode("utf-8")).decode("ascii")
-    return {"Authorization": f"Basic {token}"}
-
-
-def _tls_context() -> ssl.SSLContext:
-    ca = os.environ.get("BM25AUG_OPENSEARCH_CA")
-    if ca and not os.path.isfile(ca):
-        raise UserError(f"BM25AUG_OPENSEARCH_CA={ca!r} is not a file; fix: point it at the cluster's CA bundle (PEM)")
-    return ssl.create_default_context(cafile=ca or None)

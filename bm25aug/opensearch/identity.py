@@ -14,6 +14,8 @@
   ``RECHECK_S`` after the opened index was deleted, from an index made and filled again within
   that time (an ingest makes nothing searchable before its end); none is used once a check has
   seen the change.
+* ``engine_scale`` and ``clause_limit``: what the engine multiplies Lucene's BM25 by, and the
+  cluster's clause limit, read once at opening.
 * Both read the answering node's own copy of the cluster's state (``local``), as a search does:
   no round trip to the cluster manager, so searches go on while the cluster has none.
 """
@@ -23,10 +25,12 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
+
 from bm25aug.errors import Unavailable, UserError
-from bm25aug.opensearch.answers import shaped
+from bm25aug.opensearch.answers import boost, shaped
 from bm25aug.opensearch.client import Client
-from bm25aug.opensearch.schema import record_of
+from bm25aug.opensearch.schema import DEFAULT_CLAUSE_LIMIT, FIELD, record_of, score_scale
 
 RECHECK_S = 1.0  # an answer is used unchecked only this soon after a check found the index unchanged
 MAX_WINDOW = 10_000  # OpenSearch's default index.max_result_window, when the index does not say
@@ -60,6 +64,34 @@ def identify(client: Client, name: str, where: str) -> tuple[dict, str, dict, in
 
     mapping, uuid, window = shaped(where, f"GET /{name}", read)
     return mapping, uuid, record, window
+
+
+def engine_scale(client: Client, name: str, k1: float) -> np.float32:
+    """What the engine's BM25 multiplies Lucene's by, read off its explanation of one term's score
+    (the boost it scores with, for a boost of 1): OpenSearch 2.x's LegacyBM25Similarity gives
+    (1 + k1), a plain BM25Similarity 1. ``schema.score_scale`` when nothing is indexed."""
+    hit = client.request("POST", f"/{name}/_search", {"size": 1, "_source": [FIELD]})["hits"]["hits"]
+    if not hit:
+        return score_scale(k1)
+    from bm25aug.lucene.analysis import analyze
+
+    terms = analyze(hit[0]["_source"].get(FIELD, ""))
+    if not terms:
+        return score_scale(k1)
+    body = {"size": 1, "explain": True, "query": {"term": {FIELD: terms[0]}}}
+    explained = client.request("POST", f"/{name}/_search", body)["hits"]["hits"]
+    factor = boost(explained[0]["_explanation"]) if explained else None
+    return np.float32(factor) if factor else score_scale(k1)
+
+
+def clause_limit(client: Client) -> int:
+    """The smallest ``indices.query.bool.max_clause_count`` among the cluster's nodes."""
+    key = "indices.query.bool.max_clause_count"
+    nodes = client.request("GET", "/_nodes/settings", params={"flat_settings": "true"}).get("nodes", {})
+    limits = [int(n.get("settings", {}).get(key, DEFAULT_CLAUSE_LIMIT)) for n in nodes.values()]
+    cluster = client.request("GET", "/_cluster/settings", params={"flat_settings": "true", "local": "true"})
+    limits += [int(cluster[scope][key]) for scope in ("persistent", "transient") if key in cluster.get(scope, {})]
+    return min(limits or [DEFAULT_CLAUSE_LIMIT])
 
 
 class Watch:

@@ -14,8 +14,11 @@ one in our process, so that ``BM25Searcher`` and ``AugmentedSearcher`` take eith
   after its deletion, for every call from then on.
 * **No partial results.** ``allow_partial_search_results=false``, and every answer's ``_shards``
   is checked: a shard that failed is an error naming it, never fewer hits without a word. A search
-  the cluster fails while it loses a node is sent again (``RETRIES``), on another node of the URL
-  when its own is gone.
+  the cluster fails while it loses a node is sent again (``bm25aug.opensearch.retry``, the one
+  policy), on another node of the URL when its own is gone (the transport's failover).
+* **Clients.** Every request goes through one opensearch-py client: built for the URL, or the
+  user's own, as it is (``from_client``: SigV4, API keys, certificates, sniffing). What a search
+  sends is ``search_request(pairs, k)`` (``benchmarks/bench_cluster.py`` times it).
 * **Ranking.** Scores are divided by OpenSearch's (1 + k1) (``schema.score_scale``), then ranked
   as Anserini ranks (ties by external id, 4 decimals, ``anserini_scores``), with ``TIE_MARGIN``
   extra hits asked for and deeper searches when a tie crosses the k-th place, as in-process,
@@ -33,38 +36,52 @@ from __future__ import annotations
 import json
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
 from bm25aug.cache import DF_ENTRIES, LRU
 from bm25aug.errors import UserError
 from bm25aug.limits import check
-from bm25aug.lucene.index import IndexMeta
-from bm25aug.lucene.ranking import EMPTY, TopK, anserini_scores
-from bm25aug.lucene.reader import ANALYZED, B, FIELD, K1, TERMS
-from bm25aug.opensearch.answers import boost, checked, error_kind, shaped
+from bm25aug.index_meta import IndexRecord
+from bm25aug.backend import ANALYZED, TERMS
+from bm25aug.bm25_defaults import B, FIELD, K1
+from bm25aug.ranking import EMPTY, TopK, anserini_scores
+from bm25aug.opensearch.answers import checked, error_kind, responses, shaped
 from bm25aug.opensearch.client import Client, ClusterError, ClusterURL
-from bm25aug.opensearch.identity import RECHECK_S, IndexChanged, Watch, identify  # noqa: F401 (exported)
-from bm25aug.opensearch.schema import COMPLETE, DEFAULT_CLAUSE_LIMIT, ID_FIELD, score_scale
+from bm25aug.opensearch.identity import (RECHECK_S, IndexChanged, Watch, clause_limit,  # noqa: F401 (exported)
+                                         engine_scale, identify)
+from bm25aug.opensearch.retry import retrying
+from bm25aug.opensearch.schema import COMPLETE, ID_FIELD
 from bm25aug.opensearch.window import after_tie, complete, deeper, depth, tie_past_window
 
-RETRIES = 3  # a search that failed while the cluster lost a node, sent again after RETRY_S
-RETRY_S = 1.0
 # What an answer is read for (filter_path): the rest (each hit's index name and _id, totals) is not
 # sent, so a k=1000 answer is shorter to write, send and decode.
 _KEEP = "took,timed_out,_shards,error,status,hits.hits._score,hits.hits.fields"
 _STATS = {"exact": "dfs_query_then_fetch", "local": "query_then_fetch"}
 
 
+@dataclass(frozen=True)
+class SearchRequest:
+    """What a search sends: ``Client.request(method, path, body, params=params)``."""
+
+    method: str
+    path: str
+    params: dict
+    body: dict
+
+
 class OpenSearchIndex:
     """A complete bm25aug index on a cluster (``url``: ``http://HOST:PORT[,...]/INDEX[?stats=local]``),
-    with BM25's ``k1`` and ``b`` the index was made with."""
+    with BM25's ``k1`` and ``b`` the index was made with. ``client``: an ``opensearchpy.OpenSearch``
+    the user built, used as it is; ``url`` is then the index's name (``INDEX[?stats=local]``)."""
 
     def __init__(self, url: str, k1: float = K1, b: float = B, fields: dict[str, float] | None = None,
-                 df_entries: int = DF_ENTRIES):
-        self.url = ClusterURL.parse(url)
+                 df_entries: int = DF_ENTRIES, client=None):
+        self.client = Client(ClusterURL.parse(url)) if client is None else Client.given(client, url)
+        self.url = self.client.url
         self.path = str(self.url)  # how messages name the index (never the text given: no credentials)
         options = dict(self.url.options)
         stats = options.pop("stats", "exact")
@@ -75,22 +92,18 @@ class OpenSearchIndex:
             raise UserError(f"field weights {fields!r} were given for {self.path}, a flat index with one field; fix: "
                             f"drop them")
         self.search_type, self.fields = _STATS[stats], None
-        self.client = Client(self.url)
         name = self.url.index
         mapping, uuid, self.record, self.window = identify(self.client, name, self.path)
         self._searchable(mapping)
-        made = (float(self.record["k1"]), float(self.record["b"]))
-        if (np.float32(k1), np.float32(b)) != tuple(map(np.float32, made)):
-            raise UserError(f"{self.path} was made with BM25 k1={made[0]} b={made[1]}, and on a cluster they are the "
-                            f"index's own; fix: pass --k1 {made[0]} --b {made[1]}, or index again with --k1 {k1} "
-                            f"--b {b} --force")
+        self.check_bm25(k1, b)
         self.num_docs = shaped(self.path, f"GET /{name}/_count",
                                lambda: int(self.client.request("GET", f"/{name}/_count")["count"]))
-        self.scale = shaped(self.path, f"a search of /{name}", lambda: self._score_scale(made[0]))
-        self.meta = IndexMeta("flat", self.record.get("dataset", name), self.num_docs,
+        self.scale = shaped(self.path, f"a search of /{name}",
+                            lambda: engine_scale(self.client, name, float(self.record["k1"])))
+        self.meta = IndexRecord("flat", self.record.get("dataset", name), self.num_docs,
                               corpus_fingerprint=self.record.get("fingerprint", ""),
                               anserini=f"OpenSearch index {name}, {self.record.get('shards')} shards")
-        self.clause_limit = shaped(self.path, "GET /_nodes/settings", self._clause_limit)
+        self.clause_limit = shaped(self.path, "GET /_nodes/settings", lambda: clause_limit(self.client))
         self.watch = Watch(self.client, name, self.path, uuid, self.record)
         self.watch.check()  # what was read above was all of the index identified first
         self._ids: dict[str, int] = {}
@@ -117,31 +130,23 @@ class OpenSearchIndex:
                             f"started it again (`bm25aug index --dataset {dataset} --to {self.path}`, same options) to "
                             f"resume it")
 
-    def _score_scale(self, k1: float) -> np.float32:
-        """What the engine's BM25 multiplies Lucene's by, read off its explanation of one term's
-        score (the boost it scores with, for a boost of 1): OpenSearch 2.x's LegacyBM25Similarity
-        gives (1 + k1), a plain BM25Similarity 1. ``schema.score_scale`` when nothing is indexed."""
-        hit = self.client.request("POST", f"/{self.url.index}/_search", {"size": 1, "_source": [FIELD]})["hits"]["hits"]
-        if not hit:
-            return score_scale(k1)
-        from bm25aug.lucene.analysis import analyze
+    @classmethod
+    def from_client(cls, client, index: str, k1: float = K1, b: float = B,
+                    df_entries: int = DF_ENTRIES) -> "OpenSearchIndex":
+        """The index ``index`` (``NAME[?stats=local]``) through ``client``, an ``opensearchpy.OpenSearch``
+        the user built and configured: its settings are never changed, and ``close`` leaves it open."""
+        return cls(index, k1, b, df_entries=df_entries, client=client)
 
-        terms = analyze(hit[0]["_source"].get(FIELD, ""))
-        if not terms:
-            return score_scale(k1)
-        body = {"size": 1, "explain": True, "query": {"term": {FIELD: terms[0]}}}
-        explained = self.client.request("POST", f"/{self.url.index}/_search", body)["hits"]["hits"]
-        factor = boost(explained[0]["_explanation"]) if explained else None
-        return np.float32(factor) if factor else score_scale(k1)
+    def check_bm25(self, k1: float, b: float) -> None:
+        """That ``k1`` and ``b`` are the ones the index was made with (on a cluster they are its own)."""
+        made = (float(self.record["k1"]), float(self.record["b"]))
+        if (np.float32(k1), np.float32(b)) != tuple(map(np.float32, made)):
+            raise UserError(f"{self.path} was made with BM25 k1={made[0]} b={made[1]}, and on a cluster they are the "
+                            f"index's own; fix: pass --k1 {made[0]} --b {made[1]}, or index again with --k1 {k1} "
+                            f"--b {b} --force")
 
-    def _clause_limit(self) -> int:
-        """The smallest ``indices.query.bool.max_clause_count`` among the cluster's nodes."""
-        key = "indices.query.bool.max_clause_count"
-        nodes = self.client.request("GET", "/_nodes/settings", params={"flat_settings": "true"}).get("nodes", {})
-        limits = [int(n.get("settings", {}).get(key, DEFAULT_CLAUSE_LIMIT)) for n in nodes.values()]
-        cluster = self.client.request("GET", "/_cluster/settings", params={"flat_settings": "true", "local": "true"})
-        limits += [int(cluster[scope][key]) for scope in ("persistent", "transient") if key in cluster.get(scope, {})]
-        return min(limits or [DEFAULT_CLAUSE_LIMIT])
+    def __str__(self) -> str:
+        return self.path
 
     # ------------------------------------------------------------------------------- documents
     @property
@@ -176,8 +181,8 @@ class OpenSearchIndex:
             part = missing[at:at + 256]
             lines = [line for t in part for line in (header, {"size": 0, "track_total_hits": True,
                                                                "query": {"term": {field: t}}})]
-            answer = self._retrying(lambda: self._ask("POST", "/_msearch", lines, ndjson=True))
-            for term, response in zip(part, answer.get("responses", [])):
+            answer = retrying(lambda: self._ask("POST", "/_msearch", lines, ndjson=True))
+            for term, response in zip(part, responses(answer, len(part), self.path)):
                 if "error" in response:
                     raise UserError(f"{self.path}: counting the documents of {term!r} failed "
                                     f"({error_kind(response)}); fix: check the cluster's health")
@@ -189,7 +194,7 @@ class OpenSearchIndex:
     def verify(self, dataset) -> None:
         """That this index holds ``dataset``'s very corpus (its record's fingerprint), as
         ``bm25aug.lucene.index.verify_index`` checks an index folder."""
-        from bm25aug.lucene.index import corpus_fingerprint
+        from bm25aug.data.registry import corpus_fingerprint
 
         if self.record.get("fingerprint") != corpus_fingerprint(dataset):
             raise UserError(f"{self.path} holds {self.record.get('dataset')}'s corpus, not {dataset.name}'s as it is "
@@ -257,17 +262,25 @@ class OpenSearchIndex:
         return self.analyzed_query(item) if kind == ANALYZED else item
 
     # ---------------------------------------------------------------------------------- search
+    def search_request(self, pairs: list, k: int) -> SearchRequest:
+        """What a search of ``pairs`` (``terms_element``'s or ``analyzed_query``'s) for the top ``k``
+        sends first: a ``bool`` of boosted ``term`` clauses, ``depth(k)`` hits, exact statistics
+        (unless ``?stats=local``), no partial results, only what is read of the answer."""
+        return self._request(self._body(pairs, self.depth(k)))
+
+    def _request(self, body: dict) -> SearchRequest:
+        params = {"search_type": self.search_type, "allow_partial_search_results": "false", "filter_path": _KEEP}
+        return SearchRequest("POST", f"/{self.url.index}/_search", params, body)
+
     def _body(self, pairs: list, n: int) -> dict:
         clauses = [{"term": {FIELD: {"value": t, "boost": w}}} for t, w in pairs]
         return {"size": n, "stored_fields": "_none_", "docvalue_fields": [ID_FIELD], "track_total_hits": False,
                 "query": {"bool": {"should": clauses}}}
 
-    def _params(self) -> dict:
-        return {"search_type": self.search_type, "allow_partial_search_results": "false", "filter_path": _KEEP}
-
     def _search_once(self, body: dict) -> dict:
-        return checked(self._retrying(lambda: self._ask("POST", f"/{self.url.index}/_search", body, search=True,
-                                                         params=self._params())), self.path)
+        request = self._request(body)
+        return checked(retrying(lambda: self._ask(request.method, request.path, request.body, search=True,
+                                                  params=request.params)), self.path)
 
     def _ask(self, method: str, path: str, body=None, search: bool = False, **options) -> dict:
         """A request about the index, its answer used only while the index is the one opened
@@ -282,24 +295,13 @@ class OpenSearchIndex:
             if e.status == 404:
                 self.watch.gone()
             raise
-        responses = answer.get("responses", [answer])
+        each = answer.get("responses", [answer])
         if any(isinstance(r, dict) and (r.get("status") == 404 or error_kind(r) == "index_not_found_exception")
-               for r in responses):
+               for r in each):
             self.watch.gone()
-        empty = search and any(not r.get("hits", {}).get("hits") for r in responses if isinstance(r, dict))
+        empty = search and any(not r.get("hits", {}).get("hits") for r in each if isinstance(r, dict))
         self.watch.after(time.monotonic(), empty)
         return answer
-
-    def _retrying(self, call):
-        """``call()``, again after ``RETRY_S`` when the cluster failed it (5xx: e.g. a shard whose
-        node died between two phases), up to ``RETRIES`` times; then its error (an ``Unavailable``)."""
-        for attempt in range(RETRIES + 1):
-            try:
-                return call()
-            except ClusterError as e:
-                if (e.status < 500 and e.status != 429) or attempt == RETRIES:  # 429: the search queue is full
-                    raise
-                time.sleep(RETRY_S)
 
     def _hits(self, answer: dict) -> tuple[list[str], np.ndarray, list[float]]:
         """The hits' ids, their scores as Lucene's (float32) and as the cluster's (for ``search_after``)."""
@@ -323,13 +325,14 @@ class OpenSearchIndex:
         order = np.lexsort((np.asarray(ids, dtype=object).astype(str), -scores))[:k] if ids else np.zeros(0, np.int64)
         return TopK(self._numbers([ids[i] for i in order]), anserini_scores(scores[order]))
 
-    def search(self, pairs: list | None, k: int) -> TopK:
-        """Top k of a term list's pairs, as ``LuceneIndex.search`` ranks them."""
-        if pairs is None or not self.num_docs:
+    def search(self, query: list | None, k: int) -> TopK:
+        """Top k of ``query``, a term list's pairs (``terms_element``, ``analyzed_query``), as
+        ``LuceneIndex.search`` ranks them."""
+        if query is None or not self.num_docs:
             check("k", k)
             return EMPTY
         n = self.depth(k)
-        return self._top(pairs, self._search_once(self._body(pairs, n)), n, k)
+        return self._top(query, self._search_once(self._body(query, n)), n, k)
 
     def search_many(self, items: list, k: int) -> list[TopK]:
         """Several queries' top k in one ``_msearch`` request."""
@@ -339,12 +342,12 @@ class OpenSearchIndex:
         for pairs in items:
             lines += [header, self._body(pairs, n)]
         keep = {"filter_path": ",".join(f"responses.{part}" for part in _KEEP.split(","))}
-        answer = self._retrying(lambda: self._ask("POST", "/_msearch", lines, search=True, ndjson=True, params=keep))
-        responses = answer.get("responses", [])
-        for i, response in enumerate(responses):
+        answer = retrying(lambda: self._ask("POST", "/_msearch", lines, search=True, ndjson=True, params=keep))
+        answers = responses(answer, len(items), self.path)
+        for i, response in enumerate(answers):
             if "error" in response:  # one query's failure: that query again alone, for its own error
-                responses[i] = self._search_once(lines[2 * i + 1])
-        return [self._top(pairs, checked(r, self.path), n, k) for pairs, r in zip(items, responses)]
+                answers[i] = self._search_once(lines[2 * i + 1])
+        return [self._top(pairs, checked(r, self.path), n, k) for pairs, r in zip(items, answers)]
 
     def submit(self, kind: str, texts: list, k: int, threads: int):
         """Start searching ``texts`` (query texts or term lists' pairs, none empty) in one ``_msearch``
@@ -366,13 +369,21 @@ class OpenSearchIndex:
         return tops
 
 
-def open_cluster(url: str, k1: float, b: float, tokenizer=None, flavor: str | None = None,
+def open_cluster(url, k1: float, b: float, tokenizer=None, flavor: str | None = None,
                  fields: dict[str, float] | None = None) -> OpenSearchIndex:
-    """The cluster's index for ``BM25Searcher``: a flat one, so a WordPiece index or tokenizer is refused."""
+    """The cluster's index for ``BM25Searcher`` (``url``: its URL, or an ``OpenSearchIndex`` opened
+    already, e.g. by ``from_client``): a flat one, so a WordPiece index or tokenizer is refused."""
     if tokenizer is not None or flavor not in (None, "flat"):
-        raise UserError(f"{ClusterURL.parse(url)} is a flat index on a cluster (bm25aug indexes only flat ones "
-                        f"there), not {flavor or 'a WordPiece one'}; fix: use a flat-target model or plain BM25, or a "
-                        f"wp index folder")
+        where = url if isinstance(url, OpenSearchIndex) else ClusterURL.parse(url)
+        raise UserError(f"{where} is a flat index on a cluster (bm25aug indexes only flat ones there), not "
+                        f"{flavor or 'a WordPiece one'}; fix: use a flat-target model or plain BM25, or a wp index "
+                        f"folder")
+    if isinstance(url, OpenSearchIndex):
+        if fields:
+            raise UserError(f"field weights {fields!r} were given for {url}, a flat index with one field; fix: drop "
+                            f"them")
+        url.check_bm25(k1, b)
+        return url
     return OpenSearchIndex(url, k1, b, fields)
 
 

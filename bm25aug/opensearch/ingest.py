@@ -2,7 +2,9 @@
 as ``bm25aug.opensearch.schema`` says, streamed in bulk, resumable.
 
 * A new index gets ``--shards`` shards (2) with ``--replicas`` copies each (1), refreshes off.
-* Documents go in ``BULK_DOCS`` at a time as ``create`` operations, by id: a document the index
+* Documents go in ``BULK_DOCS`` at a time as ``create`` operations, by id, through opensearch-py's
+  ``helpers.streaming_bulk`` (``Client.bulk``, every item read; what the cluster pushes back is sent
+  again by ``bm25aug.opensearch.retry``, the policy searches use too): a document the index
   holds already is refused (409, ``version_conflict_engine_exception``) and counted as written, so
   no document is ever written twice. After each acknowledged batch the record says how far the
   ingest got (``_meta.bm25aug.next``). Killed at any point (before a batch, mid-bulk, between a
@@ -28,16 +30,16 @@ import time
 
 from bm25aug.data.registry import Dataset
 from bm25aug.errors import UserError
-from bm25aug.lucene.index import corpus_fingerprint
-from bm25aug.lucene.reader import B, FIELD, K1
+from bm25aug.bm25_defaults import B, FIELD, K1
+from bm25aug.data.registry import corpus_fingerprint
 from bm25aug.opensearch.client import Client, ClusterError, ClusterURL
+from bm25aug.opensearch.retry import RETRIES, attempts, retryable
 from bm25aug.opensearch.schema import (COMPLETE, ID_FIELD, INGESTING, REPLICAS, SHARDS, index_body, is_blank,
                                       raise_damaged, record_of)
 from bm25aug.progress import progress
 
 log = logging.getLogger(__name__)
 BULK_DOCS = 1000  # documents a bulk request (a few MB of JSON for BEIR's passages)
-RETRIES = 5  # a bulk the cluster pushes back on (429) or loses a node during, sent again
 MERGE_TIMEOUT_S = 3600.0
 # Deleted documents are merged away once the shards' retention leases (renewed about every 30 s)
 # no longer keep them: tried every EXPUNGE_STEP_S seconds for up to EXPUNGE_WAIT_S.
@@ -45,18 +47,19 @@ EXPUNGE_WAIT_S, EXPUNGE_STEP_S = 120.0, 5.0
 MISSING = "index_not_found_exception"  # OpenSearch's 404 for an index that does not exist
 EXISTS = "resource_already_exists_exception"  # its 400 for creating one that does
 WRITTEN = "version_conflict_engine_exception"  # a create's 409: the document is there already
-PUSHBACK = (429, 503)  # statuses of a bulk (or of one of its operations) that is sent again
 SAME = ("fingerprint", "k1", "b", "shards", "replicas")  # what a resumed ingest must share with the record
 
 
 def ingest(dataset: Dataset, url: str, shards: int = SHARDS, replicas: int = REPLICAS, k1: float = K1, b: float = B,
-           force: bool = False, bulk_docs: int = BULK_DOCS) -> dict:
-    """Fill the index ``url`` names with ``dataset``'s corpus; its record when complete."""
-    target = ClusterURL.parse(url)
+           force: bool = False, bulk_docs: int = BULK_DOCS, client=None) -> dict:
+    """Fill the index ``url`` names with ``dataset``'s corpus; its record when complete. ``client``:
+    an ``opensearchpy.OpenSearch`` the user built, used as it is; ``url`` is then the index's name."""
+    target = ClusterURL.parse(url) if client is None else None
     if shards < 1 or replicas < 0 or bulk_docs < 1:
         raise UserError(f"--shards {shards} --replicas {replicas}: at least 1 shard and 0 replicas; fix: pass e.g. "
                         f"--shards 2 --replicas 1")
-    client = Client(target)
+    client = Client(target) if client is None else Client.given(client, url)
+    target = client.url
     record = {"dataset": dataset.name, "fingerprint": corpus_fingerprint(dataset), "k1": k1, "b": b,
               "shards": shards, "replicas": replicas, "state": INGESTING, "next": 0, "docs": 0}
     record = _open(client, target.index, record, force, len(dataset.corpus))
@@ -192,39 +195,32 @@ def _wait_active(client: Client, index: str, replicas: int) -> None:
 
 
 def _bulk(client: Client, index: str, docs: list[tuple[str, str]]) -> int:
-    """Create ``docs`` (id, contents) in one bulk request; how many were there already. Operations
-    the cluster pushes back on (or the whole request, when it loses a node) are sent again; a
-    document already created (by an earlier try, or a run killed before its record) is a 409 that
-    counts as written. A document the cluster refuses otherwise is an error naming it."""
+    """Create ``docs`` (id, contents) with one bulk request; how many were there already. Operations
+    the cluster pushes back on (or the whole request, when it loses a node) are sent again
+    (``retry``); a document already created (by an earlier try, or a run killed before its record)
+    is a 409 that counts as written. A document the cluster refuses otherwise is an error naming it."""
     pending, there = docs, 0
-    for attempt in range(RETRIES + 1):
-        if not pending:
-            return there
-        if attempt:
-            time.sleep(2 ** (attempt - 1))
-        lines = [line for docid, contents in pending
-                 for line in ({"create": {"_id": docid}}, {FIELD: contents, ID_FIELD: docid})]
+    for attempt in attempts():
+        actions = [{"_op_type": "create", "_id": docid, "_source": {FIELD: contents, ID_FIELD: docid}}
+                   for docid, contents in pending]
         try:
-            answer = client.request("POST", f"/{index}/_bulk", lines, ndjson=True)
+            results = client.bulk(index, actions)
         except ClusterError as e:
-            if e.status in PUSHBACK:
+            if retryable(e.status) and attempt < RETRIES:
                 continue
             raise
-        if isinstance(answer, dict) and answer.get("errors") is False:
+        pending, found = _unwritten(results, pending)
+        there += found
+        if not pending:
             return there
-        again, found = _unwritten(answer, pending)
-        pending, there = again, there + found
-    if not pending:
-        return there
     raise UserError(f"the cluster kept refusing bulk requests to {index}; fix: check its health, then run the same "
                     f"command again to resume")
 
 
-def _unwritten(answer: dict, sent: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], int]:
-    """Of a bulk answer with errors: the documents to send again (pushed back) and how many were
-    there already; any other refusal is an error."""
-    items = answer.get("items") if isinstance(answer, dict) else None
-    items = [(item.get("create") if isinstance(item, dict) else None) or {} for item in items or []]
+def _unwritten(results: list, sent: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], int]:
+    """Of a bulk's results (``Client.bulk``'s): the documents to send again (pushed back) and how
+    many were there already; any other refusal is an error."""
+    items = [(item.get("create") if isinstance(item, dict) else None) or {} for _, item in results]
     if len(items) != len(sent):
         raise UserError(f"the cluster answered a bulk request of {len(sent)} documents with {len(items)} results; "
                         f"fix: check that the URL names an OpenSearch node, then run the same command again")
@@ -236,7 +232,7 @@ def _unwritten(answer: dict, sent: list[tuple[str, str]]) -> tuple[list[tuple[st
         kind = error.get("type") if isinstance(error, dict) else str(error)
         if item.get("status") == 409 and kind == WRITTEN:
             there += 1
-        elif item.get("status") in PUSHBACK:
+        elif isinstance(item.get("status"), int) and retryable(item["status"]):
             again.append(doc)
         else:
             reason = error.get("reason") if isinstance(error, dict) else ""

@@ -1,92 +1,143 @@
 """Which node of a cluster URL to ask first: ``Nodes`` keeps the order of the URL, less the nodes
-that failed lately, which go to the back of the list and stay there while they stay slow.
+that failed lately, which go to the back of the list and stay there while they stay slow;
+``ProbedPool`` is that order as opensearch-py's connection pool (``connection_pool_class``).
 
 A node that refused a connection, dropped it, or did not answer within the client's timeouts is
 *failing*: it is asked only after every other node of the URL (and still asked, so a URL whose
-every node fails still reaches one that recovered). It goes back to the front only after it
-answers a *probe* (``transport.PROBE``, within the client's connect timeout) on a background
-thread, never with real work first: the first probe ``PROBE_AFTER_S`` after the
-failure, then each one twice as late, up to ``PROBE_MAX_S``, while it keeps failing. A request it
-answers in time while at the back (every other node failed too) brings it back as well.
+every node fails still reaches one that recovered; among failing nodes, the one that failed
+longest ago first). It goes back to the front only after it answers a *probe* (``PROBE``, within
+the client's connect timeout) on a background thread, never with real work first: the first probe
+``PROBE_AFTER_S`` after the failure, then each one twice as late, up to ``PROBE_MAX_S``, while it
+keeps failing. A request it answers in time while at the back (every other node failed too)
+brings it back as well. opensearch-py's own pool would instead send real work to a dead node
+again once its ``dead_timeout`` is over, and pick nodes at random.
 
-The first failure of a node is a warning naming the node, the request and why, once another node
-has answered that request (when none does, the request's error names each node and why); its
-recovery is logged at info level.
+The first failure of a node is a warning naming it, once another node has answered (when none
+does, the request's error says so); its recovery is logged at info level.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+
+from opensearchpy import ConnectionPool
+from opensearchpy.exceptions import ConnectionError as NoAnswer, TransportError
 
 PROBE_AFTER_S = 5.0  # a failing node's first probe, this long after it failed
 PROBE_MAX_S = 60.0  # probes back off, doubling, to one every this many seconds
+PROBE = "/_cluster/health"  # GET: answered at once by a node whose cluster has a working manager
 log = logging.getLogger(__name__)
-
-Host = tuple[str, int]
 
 
 class Nodes:
-    """The nodes of one URL, in the order to ask them (thread-safe). ``probe(host)``: whether the
-    node answers a short request in time (it runs on a thread of its own)."""
+    """The nodes of one URL, in the order to ask them (thread-safe). ``probe(node)``: whether the
+    node answers a short request in time (it runs on a thread of its own); ``name(node)``: how
+    messages name it."""
 
-    def __init__(self, hosts: tuple[Host, ...], probe: Callable[[Host], bool]):
-        self.hosts, self._probe = hosts, probe
-        self._failing: dict[Host, tuple[float, float]] = {}  # host: (when to probe it next, the wait after that)
-        self._probing: set[Host] = set()
+    def __init__(self, hosts: tuple[Hashable, ...], probe: Callable[[Hashable], bool],
+                 name: Callable[[Hashable], str] = str):
+        self.hosts, self._probe, self.name = hosts, probe, name
+        # node: (when to probe it next, the wait after that, when it last failed: later is asked later)
+        self._failing: dict[Hashable, tuple[float, float, int]] = {}
+        self._probing: set[Hashable] = set()
         self._lock = threading.Lock()
+        self._count = itertools.count()
+        self._unsaid = threading.local()  # nodes that failed first in this thread, not yet warned about
 
-    def order(self) -> list[Host]:
-        """The URL's nodes, the failing ones last (in the URL's order each); a failing node whose
-        probe is due is probed on a background thread."""
+    def order(self) -> list:
+        """The URL's nodes, the failing ones last (the one that failed longest ago first); a failing
+        node whose probe is due is probed on a background thread."""
         now = time.monotonic()
         with self._lock:
-            failing = [h for h in self.hosts if h in self._failing]
+            failing = sorted((h for h in self.hosts if h in self._failing), key=lambda h: self._failing[h][2])
             due = [h for h in failing if self._failing[h][0] <= now and h not in self._probing]
             self._probing.update(due)
         for host in due:
-            threading.Thread(target=self._probed, args=(host,), daemon=True, name=f"probe-{host[0]}:{host[1]}").start()
-        return [h for h in self.hosts if h not in failing] + failing
+            threading.Thread(target=self._probed, args=(host,), daemon=True, name=f"probe-{self.name(host)}").start()
+        return [h for h in self.hosts if h not in set(failing)] + failing
 
-    def failing(self) -> list[Host]:
+    def failing(self) -> list[str]:
+        """The names of the nodes asked last now."""
         with self._lock:
-            return [h for h in self.hosts if h in self._failing]
+            return [self.name(h) for h in self.hosts if h in self._failing]
 
-    def failed(self, host: Host) -> bool:
-        """``host`` did not answer: to the back of the list. Whether it was not failing before."""
+    def failed(self, host: Hashable) -> bool:
+        """``host`` did not answer: to the very back of the list. Whether it was not failing before
+        (then warned about once another node answers this thread)."""
         with self._lock:
-            first = host not in self._failing
-            if first:
-                self._failing[host] = (time.monotonic() + PROBE_AFTER_S, PROBE_AFTER_S)
-        return first
+            was = self._failing.get(host)
+            probe_at, wait = was[:2] if was else (time.monotonic() + PROBE_AFTER_S, PROBE_AFTER_S)
+            self._failing[host] = (probe_at, wait, next(self._count))
+        if was is None:
+            self._unsaid.__dict__.setdefault("hosts", []).append(host)
+        return was is None
 
-    @staticmethod
-    def skipped(host: Host, what: str, why: str) -> None:
-        """The warning that ``host``, which had not failed before, did not answer ``what`` (``why``)
-        and another node did."""
-        log.warning("node %s:%d of the cluster did not answer %s (%s); the other nodes of the URL are asked first "
-                    "until it answers again", host[0], host[1], what, why)
-
-    def answered(self, host: Host) -> None:
-        """``host`` answered a request in time: back to its place in the URL's order."""
+    def answered(self, host: Hashable) -> None:
+        """``host`` answered a request in time: back to its place in the URL's order (and the nodes
+        that failed before it in this thread are warned about)."""
         with self._lock:
             was = self._failing.pop(host, None)
+        for failed in self._unsaid.__dict__.pop("hosts", []):
+            if failed != host:
+                log.warning("node %s of the cluster did not answer; the other nodes of the URL are asked first "
+                            "until it answers a probe", self.name(failed))
         if was is not None:
-            log.info("node %s:%d of the cluster answers again", host[0], host[1])
+            log.info("node %s of the cluster answers again", self.name(host))
 
-    def _probed(self, host: Host) -> None:
+    def _probed(self, host: Hashable) -> None:
         try:
             ok = self._probe(host)
         except Exception:  # noqa: BLE001  (a probe that fails in any way is a node still failing)
             ok = False
         with self._lock:
             self._probing.discard(host)
+            was = self._failing.get(host)
             if ok:
-                was = self._failing.pop(host, None)
-            elif host in self._failing:
-                wait = min(self._failing[host][1] * 2, PROBE_MAX_S)
-                self._failing[host] = (time.monotonic() + wait, wait)
+                self._failing.pop(host, None)
+            elif was is not None:
+                wait = min(was[1] * 2, PROBE_MAX_S)
+                self._failing[host] = (time.monotonic() + wait, wait, was[2])
         if ok and was is not None:
-            log.info("node %s:%d of the cluster answers again", host[0], host[1])
+            log.info("node %s of the cluster answers again", self.name(host))
+
+
+class ProbedPool(ConnectionPool):
+    """opensearch-py's connection pool for bm25aug's own clients: connections asked in the URL's
+    order (never shuffled, never round robin), a failed one last until it answers a probe
+    (``Nodes``). The transport's ``mark_dead``/``mark_live`` report each answer."""
+
+    def __init__(self, connections, **options):
+        super().__init__(connections, **{**options, "randomize_hosts": False})
+        self.nodes = Nodes(tuple(self.orig_connections), _probe, lambda c: c.host.split("://", 1)[-1])
+
+    def get_connection(self):
+        return self.nodes.order()[0]
+
+    def mark_dead(self, connection, now: float | None = None) -> None:
+        self.nodes.failed(connection)
+
+    def mark_live(self, connection) -> None:
+        self.nodes.answered(connection)
+
+    def resurrect(self, force: bool = False):
+        return None  # a failed node comes back by its probe (``Nodes``), never by a timer
+
+    def close(self) -> None:
+        for connection in self.orig_connections:
+            connection.close()
+
+
+def _probe(connection) -> bool:
+    """Whether the node answers ``GET PROBE`` below status 500 (401 and 403 too) within the
+    connection's connect timeout."""
+    try:
+        connection.perform_request("GET", PROBE, timeout=connection.timeout.connect_timeout)
+    except NoAnswer:
+        return False
+    except TransportError as e:
+        return isinstance(e.status_code, int) and e.status_code < 500
+    return True

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bm25aug.lucene.reader import B, FIELD, K1
+from bm25aug.bm25_defaults import B, FIELD, K1
 
 SHARDS, REPLICAS = 2, 1  # `bm25aug index --to` defaults: each shard on one node, its copy on another
 ANALYZER = "bm25aug_english"

@@ -1,157 +1,106 @@
-"""One request to one node of a cluster, over ``http.client``, with timeouts of seconds.
+"""The ``opensearchpy.OpenSearch`` client bm25aug builds for a cluster URL (``connect``): every
+request of it goes through opensearch-py's ``Transport``, with these settings.
 
-* ``CONNECT_TIMEOUT_S``: to open a connection (with its TLS handshake); also a probe's whole wait.
-* ``READ_TIMEOUT_S``: the longest a node may stay silent (no byte of its answer, or between two
-  parts of it). A node silent that long is *probed* (``PROBE``, the cluster's health, on a
-  connection of its own, which the node answers only while it and its cluster manager work): a
-  node that gives no answer below 500 within ``CONNECT_TIMEOUT_S`` is failed (``NodeFailed``) and
-  the request goes to the next node; one that does is busy with the request, which is waited for,
-  probing again every ``READ_TIMEOUT_S``, up to the request's *patience* (``BUSY_S``, or more for
-  a request that asks OpenSearch to wait longer, or a long operation's own), answer read whole
-  included.
-* A kept-alive connection the node closed since its last answer (it dropped the connection
-  without a byte) is opened again once, not counted as the node's failure.
+* **Timeouts** of seconds (urllib3's): ``CONNECT_TIMEOUT_S`` to open a connection (with its TLS
+  handshake; also a probe's wait), ``BM25AUG_OPENSEARCH_CONNECT_TIMEOUT``; ``READ_TIMEOUT_S``, the
+  longest a node may stay silent (no byte of its answer), ``BM25AUG_OPENSEARCH_READ_TIMEOUT``. A
+  request that asks OpenSearch to wait (a ``timeout`` parameter, e.g. a health call's
+  ``wait_for_status``) or a long operation's own (``Client.request(timeout=...)``, a force merge)
+  waits that long instead. A node that stays silent past its timeout is failed, not waited for:
+  a request the cluster needs longer for than the read timeout needs a larger one.
+* **Failover** (opensearch-py's): a node that refuses, drops the connection or stays silent is
+  marked dead and the request goes to the next node of the URL (``max_retries``: each node once;
+  ``retry_on_timeout``); which node first is ``nodes.ProbedPool`` (the URL's order, a failed node
+  last until it answers a probe). Answers that say the cluster cannot serve now are not retried
+  here (``retry_on_status`` empty) but by ``bm25aug.opensearch.retry``, with a backoff.
+* **Credentials** never in the URL (``client.ClusterURL`` refuses them): ``BM25AUG_OPENSEARCH_USER``
+  and ``BM25AUG_OPENSEARCH_PASSWORD`` give HTTP basic auth, sent only over ``https://`` (over
+  ``http://`` refused unless ``BM25AUG_OPENSEARCH_ALLOW_HTTP_AUTH=1``, then with a warning);
+  ``BM25AUG_OPENSEARCH_CA`` a CA bundle to check the nodes' certificates with (else the system's).
+* **Logging.** opensearch-py logs each failed request as a warning with its traceback; a failed
+  request of this client is an error naming it (``client.Client``), so those are at debug level.
 
-So a node that accepts connections and never answers costs ``READ_TIMEOUT_S`` +
-``CONNECT_TIMEOUT_S`` (15 s) once, a frozen one too (or one whose cluster manager is frozen), and
-a busy cluster is still waited for.
+A client the user built is used as it is (``client.Client.given``): its own settings hold.
 """
 
 from __future__ import annotations
 
-import http.client
-import select
-import socket
+import logging
+import math
+import os
 import ssl
-import threading
-import time
-from urllib.parse import quote
+
+import urllib3
+from opensearchpy import OpenSearch, Urllib3HttpConnection
+
+from bm25aug.errors import UserError
+from bm25aug.opensearch.nodes import ProbedPool
 
 CONNECT_TIMEOUT_S = 5.0  # to open a connection (and a TLS handshake); also a probe's whole wait
-READ_TIMEOUT_S = 10.0  # the longest a node may stay silent before it is probed
-BUSY_S = 120.0  # the longest a request waits on a node that answers probes (unless it asks for longer)
-PROBE = "/_cluster/health"  # GET: answered at once by a node whose cluster has a working manager
-TRANSPORT = (ConnectionError, socket.timeout, http.client.HTTPException, OSError)
-# A kept-alive connection the node closed, or one left in a state it cannot send from.
-_CLOSED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, http.client.ImproperConnectionState)
+READ_TIMEOUT_S = 20.0  # the longest a node may stay silent before it is failed
+CONNECT_ENV, READ_ENV = "BM25AUG_OPENSEARCH_CONNECT_TIMEOUT", "BM25AUG_OPENSEARCH_READ_TIMEOUT"
+USER_ENV, PASSWORD_ENV = "BM25AUG_OPENSEARCH_USER", "BM25AUG_OPENSEARCH_PASSWORD"
+ALLOW_HTTP_AUTH_ENV = "BM25AUG_OPENSEARCH_ALLOW_HTTP_AUTH"  # "1": send credentials over http:// too
+CA_ENV = "BM25AUG_OPENSEARCH_CA"
+log = logging.getLogger(__name__)
+_warned_http_auth: set[str] = set()  # the node lists warned about credentials over http://, once each
 
 
-class NodeFailed(Exception):
-    """A node gave no answer (refused, dropped the connection, silent and unprobeable): why, in a few words."""
+class QuietConnection(Urllib3HttpConnection):
+    """opensearch-py's urllib3 connection, its failed requests logged at debug level (the
+    caller's error names them)."""
+
+    def log_request_fail(self, method, full_url, path, body, duration, status_code=None, response=None,
+                         exception=None) -> None:
+        log.debug("%s %s [status:%s request:%.3fs] %s", method, full_url, status_code or "N/A", duration,
+                  exception or "")
 
 
-class Connections:
-    """One keep-alive connection per node and thread (``tls``: an ``ssl.SSLContext`` for https)."""
-
-    def __init__(self, tls: ssl.SSLContext | None, connect_timeout: float, read_timeout: float):
-        self.tls, self.connect_timeout, self.read_timeout = tls, connect_timeout, read_timeout
-        self._local = threading.local()
-        self._every: list[http.client.HTTPConnection] = []  # every thread's, for close()
-        self._lock = threading.Lock()
-
-    def exchange(self, host, method: str, target: str, data: bytes | None, headers: dict,
-                 patience: float) -> tuple[int, bytes]:
-        """The status and body of ``host``'s answer; ``NodeFailed`` saying why when there is none."""
-        started = time.monotonic()
-        for again in (False, True):
-            connection, reused = self._connection(host)
-            try:
-                connection.request(method, quote(target, safe="/?&=,:_*%+.-"), body=data, headers=headers)
-                self._await(connection, host, started, patience)
-                response = connection.getresponse()
-                return response.status, _body(response, started, patience)
-            except BaseException as e:
-                self.drop(host)
-                if isinstance(e, _CLOSED) and reused and not again:
-                    continue  # the node closed the idle connection: once more on a new one
-                if isinstance(e, NodeFailed):
-                    raise
-                if isinstance(e, TRANSPORT):
-                    raise NodeFailed(why(e, f"silent for {self.read_timeout:g} s")) from None
-                raise
-        raise AssertionError("unreachable")
-
-    def _connection(self, host) -> tuple[http.client.HTTPConnection, bool]:
-        """This thread's connection to ``host``, connected, and whether it was open before."""
-        pool = self._local.__dict__.setdefault("connections", {})
-        connection = pool.get(host)
-        if connection is not None and connection.sock is not None:
-            return connection, True
-        connection = pool[host] = self._new(host)
-        with self._lock:
-            self._every.append(connection)
-        try:
-            connection.connect()
-        except TRANSPORT as e:
-            self.drop(host)
-            raise NodeFailed(why(e, f"no connection within {self.connect_timeout:g} s")) from None
-        connection.sock.settimeout(self.read_timeout)
-        return connection, False
-
-    def _new(self, host) -> http.client.HTTPConnection:
-        if self.tls is not None:
-            return http.client.HTTPSConnection(*host, timeout=self.connect_timeout, context=self.tls)
-        return http.client.HTTPConnection(*host, timeout=self.connect_timeout)
-
-    def _await(self, connection, host, started: float, patience: float) -> None:
-        """Return once ``host`` has begun to answer; while it is silent, probe it every read timeout."""
-        while True:
-            left = patience - (time.monotonic() - started)
-            if left > 0 and select.select([connection.sock], [], [], min(self.read_timeout, left))[0]:
-                return
-            if time.monotonic() - started >= patience:
-                raise NodeFailed(f"no answer within {patience:g} s, though it answers probes")
-            if not self.probe(host):
-                raise NodeFailed(f"silent for {self.read_timeout:g} s, and no answer to a probe within "
-                                 f"{self.connect_timeout:g} s")
-
-    def probe(self, host) -> bool:
-        """Whether ``host`` answers ``GET PROBE`` below status 500 (401 and 403 too: no credentials
-        are sent) within the connect timeout, on a connection of its own."""
-        connection = self._new(host)
-        try:
-            connection.request("GET", PROBE)
-            response = connection.getresponse()
-            response.read()
-            return response.status < 500
-        except TRANSPORT:
-            return False
-        finally:
-            connection.close()
-
-    def drop(self, host) -> None:
-        connection = self._local.__dict__.get("connections", {}).pop(host, None)
-        if connection is not None:
-            connection.close()
-            with self._lock:
-                self._every = [c for c in self._every if c is not connection]
-
-    def close(self) -> None:
-        """Close every thread's connections (a later request opens new ones)."""
-        with self._lock:
-            every, self._every = self._every, []
-        for connection in every:
-            connection.close()
-        self._local = threading.local()
+def connect(url, read_timeout: float, connect_timeout: float, credentials: bool = True) -> OpenSearch:
+    """The client of ``url`` (a ``client.ClusterURL``) with the settings above."""
+    https = url.scheme == "https"
+    return OpenSearch(
+        hosts=[{"host": host, "port": port} for host, port in url.hosts], use_ssl=https,
+        ssl_context=_tls_context() if https else None, http_auth=_auth(url) if credentials else None,
+        timeout=urllib3.Timeout(connect=connect_timeout, read=read_timeout), connection_class=QuietConnection,
+        connection_pool_class=ProbedPool, max_retries=len(url.hosts) - 1, retry_on_timeout=True, retry_on_status=())
 
 
-def _body(response: http.client.HTTPResponse, started: float, patience: float) -> bytes:
-    """The whole body, each part within the read timeout and all of it within ``patience`` of ``started``."""
-    parts = []
-    while chunk := response.read1(1 << 16):
-        parts.append(chunk)
-        if time.monotonic() - started > patience:
-            raise NodeFailed(f"its answer did not end within {patience:g} s")
-    parts.append(response.read())  # b"", and the response closed: the connection can send again
-    return b"".join(parts)
+def timeout(given, variable: str, default: float) -> float:
+    """A timeout in seconds: ``given``, else ``variable`` from the environment, else ``default``;
+    anything but a number above 0 is one line naming where it came from."""
+    value = given if given is not None else (os.environ.get(variable) or "").strip() or default
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        where = f"{variable}={value!r}" if given is None else f"a timeout of {value!r}"
+        raise UserError(f"{where} is not a number of seconds above 0; fix: set it to e.g. {default:g}, or unset it "
+                        f"for that default")
+    return seconds
 
 
-def why(e: BaseException, timed_out: str) -> str:
-    """A transport error in a few words (``timed_out`` for a timeout)."""
-    if isinstance(e, ConnectionRefusedError):
-        return "connection refused"
-    if isinstance(e, socket.timeout):
-        return timed_out
-    if isinstance(e, ssl.SSLError):
-        return f"TLS: {e.reason or e}"
-    return type(e).__name__ + (f": {e}" if str(e) else "")
+def _auth(url) -> tuple[str, str] | None:
+    """HTTP basic auth from the environment: over ``https://``; over ``http://`` refused unless
+    ``BM25AUG_OPENSEARCH_ALLOW_HTTP_AUTH=1`` says so (then a warning, once per node list)."""
+    user, password = os.environ.get(USER_ENV), os.environ.get(PASSWORD_ENV)
+    if not user:
+        return None
+    if url.scheme != "https":
+        if os.environ.get(ALLOW_HTTP_AUTH_ENV, "").strip() != "1":
+            raise UserError(f"{USER_ENV} is set, and {url.scheme}://{url.nodes} is plain HTTP, which would send the "
+                            f"password in clear to every node; fix: use the nodes' https:// address, or set "
+                            f"{ALLOW_HTTP_AUTH_ENV}=1 if no one else can read that network, or unset {USER_ENV}")
+        if url.nodes not in _warned_http_auth:
+            _warned_http_auth.add(url.nodes)
+            log.warning("sending %s's credentials in clear over http:// to %s (%s=1)", USER_ENV, url.nodes,
+                        ALLOW_HTTP_AUTH_ENV)
+    return user, password or ""
+
+
+def _tls_context() -> ssl.SSLContext:
+    ca = os.environ.get(CA_ENV)
+    if ca and not os.path.isfile(ca):
+        raise UserError(f"{CA_ENV}={ca!r} is not a file; fix: point it at the cluster's CA bundle (PEM)")
+    return ssl.create_default_context(cafile=ca or None)

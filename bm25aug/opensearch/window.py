@@ -18,7 +18,7 @@ import numpy as np
 
 from bm25aug.errors import UserError
 from bm25aug.limits import check
-from bm25aug.lucene.reader import TIE_MARGIN
+from bm25aug.ranking import TIE_MARGIN
 from bm25aug.opensearch.schema import ID_FIELD
 
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from bm25aug.io import atomic_write_text
 from bm25aug.reproduce.choice_table import choice_table
+from bm25aug.reproduce.hybrid_tables import cost_table, fusion_table
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH_DATA = {"speed": ROOT / "docs" / "data" / "speed.json", "scale": ROOT / "docs" / "data" / "scale.json",
@@ -37,6 +38,8 @@ BENCH_DATA["two-core-nolayer"] = ROOT / "docs" / "data" / "two_core_nolayer.json
 BENCH_DATA["static"] = ROOT / "docs" / "data" / "speed_static.json"
 # Two checkouts searching the same term lists, alternately (benchmarks/ab_term_lists.py --json-out)
 BENCH_DATA["term-lists"] = ROOT / "docs" / "data" / "ab_term_lists.json"
+# The same benchmark across issue 59's seams (the Index protocol, open_index, the floor modules)
+BENCH_DATA["seams"] = ROOT / "docs" / "data" / "ab_seams.json"
 # In-process Lucene against an OpenSearch cluster of 1 and 2 shards (benchmarks/bench_cluster.py --record)
 BENCH_DATA["cluster"] = ROOT / "docs" / "data" / "bench_cluster.json"
 # The packaged general model, its reweighter and the static in-domain model beside bm25-flat (bench_search.py)
@@ -47,6 +50,9 @@ BENCH_DATA["budget"] = ROOT / "docs" / "data" / "budget.json"
 BENCH_DATA["feedback-choice"] = ROOT / "docs" / "data" / "feedback_choice.json"
 # Where a training step's time goes (research/profile_training.py --json-out)
 BENCH_DATA["profile"] = ROOT / "docs" / "data" / "profile_training.json"
+# Hybrid search: the fusion chosen on dev (research/hybrid_defaults.py), its cost (benchmarks/bench_hybrid.py)
+BENCH_DATA["hybrid-fusion"] = ROOT / "docs" / "data" / "hybrid_defaults.json"
+BENCH_DATA["hybrid-cost"] = ROOT / "docs" / "data" / "hybrid_cost.json"
 METRIC_NAMES = {"ndcg@10": "nDCG@10", "recall@100": "R@100", "mrr@10": "MRR@10", "acc@5": "Acc@5",
                 "acc@20": "Acc@20", "acc@100": "Acc@100", "aug_terms_mean": "added terms / query",
                 "added_precision_weight": "added precision (weight)", "latency_ms_p50": "p50 ms",
@@ -356,8 +362,9 @@ def bench_table(name: str) -> str:
               "extrapolation": lambda r: extrapolate(r["rows"]),
               "serve": serve_table, "encoders": lambda r: speed_table(r, qps=False), "two-core": two_core_table,
               "two-core-nolayer": two_core_table, "profile": profile_table,
-              "static": static_table, "term-lists": ab_table, "cluster": cluster_table, "general-models": models_table,
-              "budget": budget_table, "feedback-choice": choice_table}
+              "static": static_table, "term-lists": ab_table, "seams": ab_table, "cluster": cluster_table, "general-models": models_table,
+              "budget": budget_table, "feedback-choice": choice_table, "hybrid-fusion": fusion_table,
+              "hybrid-cost": cost_table}
     return tables[name](recorded)
 
 

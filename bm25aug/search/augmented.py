@@ -16,8 +16,8 @@ import numpy as np
 
 from bm25aug.errors import UserError
 from bm25aug.limits import check, check_query
-from bm25aug.lucene.ranking import TopK
-from bm25aug.lucene.reader import B, FIELD, K1, TITLE_FIELD
+from bm25aug.ranking import TopK
+from bm25aug.bm25_defaults import B, FIELD, K1, TITLE_FIELD
 from bm25aug.model.encoder import QueryEncoder, cut_anywhere, encode_queries, prune
 from bm25aug.search.batch import CHUNK, PIECE, check_qids, search_chunks
 from bm25aug.search.bm25 import BM25Searcher, Hit
@@ -99,7 +99,7 @@ class AugmentedSearcher:
         checkpoint's augmentation gate (0: off; see ``bm25aug.model.targets``). A flat-target model
         searches a flat or a multifield index (what the index's fields say), with ``fields``'
         weights on a multifield one (default ``AUGMENTED_FIELD_WEIGHTS``)."""
-        from bm25aug.model.onnx_encoder import load_encoder
+        from bm25aug.model.loading import load_encoder
 
         encoder = load_encoder(checkpoint, runtime)
         if aug_gate is not None:
@@ -135,6 +135,10 @@ class AugmentedSearcher:
 
     def hits(self, top: TopK) -> list[Hit]:
         return self.bm25.hits(top)
+
+    def verify(self, dataset) -> None:
+        """That the index holds ``dataset``'s very corpus (``Index.verify``)."""
+        self.bm25.verify(dataset)
 
     def search(self, query: str, k: int = 1000) -> list[Hit]:
         return self.hits(self.search_arrays(query, k))

@@ -14,8 +14,8 @@ from typing import Callable, Sequence
 
 from bm25aug.errors import UserError
 from bm25aug.limits import check
-from bm25aug.lucene.ranking import EMPTY, TopK
-from bm25aug.lucene.reader import LuceneIndex
+from bm25aug.ranking import EMPTY, TopK
+from bm25aug.backend import Index
 from bm25aug.model.encoder import WINDOW
 from bm25aug.progress import progress
 
@@ -42,7 +42,7 @@ def check_qids(items: Sequence, qids: Sequence[str]) -> None:
 class _Piece:
     """Up to ``PIECE`` prepared queries on the Java pool: the non-empty items searched, the rest no hits."""
 
-    def __init__(self, index: LuceneIndex, kind: str, texts: list, k: int, threads: int):
+    def __init__(self, index: Index, kind: str, texts: list, k: int, threads: int):
         self.size, self.at = len(texts), [i for i, t in enumerate(texts) if t]
         self.pending = index.submit(kind, [texts[i] for i in self.at], k, threads)
 
@@ -53,7 +53,7 @@ class _Piece:
         return tops
 
 
-def search_chunks(index: LuceneIndex, kind: str, prepare: Callable[[list], list], items: list,
+def search_chunks(index: Index, kind: str, prepare: Callable[[list], list], items: list,
                   k: int, threads: int, desc: str | None = None, chunk: int = CHUNK) -> list[TopK]:
     """Each item's top k: ``prepare`` turns a chunk of ``chunk`` items into what the Java pool
     searches for ``kind`` (query texts, or term lists' elements: ``bm25aug.lucene.reader``; None:

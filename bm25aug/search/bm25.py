@@ -18,16 +18,14 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from bm25aug.errors import UserError
-from bm25aug.lucene.index import IndexMeta, check_vocab
 from bm25aug.limits import check_query
-from bm25aug.lucene.ranking import EMPTY, TopK
-from bm25aug.lucene.reader import ANALYZED, B, FIELD, K1, MULTIFIELD_WEIGHTS, LuceneIndex, check_fields
+from bm25aug.ranking import EMPTY, TopK
+from bm25aug.backend import ANALYZED
+from bm25aug.bm25_defaults import B, FIELD, K1
 from bm25aug.search.batch import check_qids, search_chunks
+from bm25aug.search.indexes import field_weights, open_index
 from bm25aug.search.term_lists import check_terms
-from bm25aug.model.tokenization import load_tokenizer, query_term_counts
-from bm25aug.opensearch.client import is_cluster
-from bm25aug.opensearch.index import open_cluster
+from bm25aug.tokenization import query_term_counts
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +39,8 @@ class Hit(NamedTuple):
 
 class BM25Searcher:
     """BM25 over a bm25aug index of any flavor (``K1``, ``B`` by default, as Pyserini's BEIR runs), or
-    over a flat index on an OpenSearch cluster when ``index_dir`` is its URL (``bm25aug.opensearch``).
+    over a flat index on an OpenSearch cluster when ``index_dir`` is its URL: ``bm25aug.search.indexes.open_index``
+    opens either.
 
     Hits, scores and their order equal Pyserini's ``LuceneSearcher`` (see ``bm25aug.lucene.reader``;
     on a multifield index, its ``search(..., fields={"contents": 1.0, "title": 1.0})``).
@@ -55,24 +54,12 @@ class BM25Searcher:
 
     def __init__(self, index_dir: str | Path, k1: float = K1, b: float = B, tokenizer=None,
                  flavor: str | None = None, fields: dict[str, float] | None = None):
-        if is_cluster(index_dir):  # an OpenSearch index: the same calls, on bm25aug.opensearch's backend
-            self.index_dir, self.index = str(index_dir), open_cluster(index_dir, k1, b, tokenizer, flavor, fields)
-            self.meta, self.k1, self.b, self.tokenizer = self.index.meta, k1, b, None
-            return
-        self.index_dir = Path(index_dir)
-        tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, (str, Path)) else tokenizer
-        self.meta = IndexMeta.load(self.index_dir, tokenizer, flavor)
-        if flavor and self.meta.flavor != flavor:  # bm25aug's own index: its meta.json says what it is
-            raise UserError(f"{self.index_dir} is a {self.meta.flavor} index, not {flavor}; fix: pass a {flavor} index "
-                            f"(`bm25aug index --flavor {flavor}`), or the method or model for {self.meta.flavor}")
-        multifield = self.meta.flavor == "multifield"
-        self.index = LuceneIndex(self.index_dir, k1, b, fields=self._checked(
-            MULTIFIELD_WEIGHTS if multifield and fields is None else fields))
+        self.index, self.meta, self.tokenizer, self.index_dir = open_index(index_dir, k1, b, tokenizer, flavor, fields)
         self.k1, self.b = k1, b
-        self.tokenizer = None
-        if self.meta.flavor == "wp":
-            self.tokenizer = tokenizer or load_tokenizer()
-            check_vocab(self.meta, self.tokenizer, self.index_dir)
+
+    def verify(self, dataset) -> None:
+        """That the index holds ``dataset``'s very corpus (``Index.verify``)."""
+        self.index.verify(dataset)
 
     @property
     def num_docs(self) -> int:
@@ -94,13 +81,7 @@ class BM25Searcher:
         return self.fields if fields is None else self._checked(fields)
 
     def _checked(self, fields: dict[str, float] | None) -> dict[str, float] | None:
-        if fields is not None and self.meta.flavor != "multifield":
-            raise UserError(f"field weights {fields!r} were given for {self.index_dir}, a {self.meta.flavor} index with "
-                            f"one field; fix: drop them, or pass a multifield index")
-        if fields is not None and not set(fields) <= MULTIFIELD_WEIGHTS.keys():
-            raise UserError(f"field weights {fields!r} name fields a multifield index does not have; fix: weigh "
-                            f"{' and '.join(MULTIFIELD_WEIGHTS)}")
-        return check_fields(fields)
+        return field_weights(self.meta, fields, self.index_dir)
 
     def query_terms(self, query: str) -> dict[str, float]:
         """The index's terms of ``query`` with their counts as weights: WordPiece tokens (``wp``),

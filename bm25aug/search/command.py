@@ -1,5 +1,6 @@
-"""``bm25aug search``: an index (a folder, or a Pyserini prebuilt name), one query or a file of
-queries, hits printed or written as a TREC run.
+"""``bm25aug search``: an index (a folder, a Pyserini prebuilt name or a cluster's URL:
+``bm25aug.search.indexes.locate_index``), one query or a file of queries, hits printed or written
+as a TREC run.
 
 Query files are what Pyserini and BEIR users have: TSV (``qid<TAB>text``, Pyserini's topics) or
 JSONL (BEIR's ``queries.jsonl``: ``_id`` and ``text``).
@@ -7,47 +8,17 @@ JSONL (BEIR's ``queries.jsonl``: ``_id`` and ``text``).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
 from pathlib import Path
 
 from bm25aug.errors import UserError
 from bm25aug.io import read_lines
-from bm25aug.opensearch.client import is_cluster
 from bm25aug.outputs import check_outputs
+from bm25aug.search.indexes import local_folder, locate_index
 from bm25aug.search.trec import array_lines, write_trec_arrays
 
 log = logging.getLogger(__name__)
-
-
-def resolve_index(name_or_path: str) -> Path | str:
-    """A cluster's URL as given, an index folder as given, else a Pyserini prebuilt index name, found through Pyserini's own
-    ``download_prebuilt_index``: from its cache (``~/.cache/pyserini/indexes``, or
-    ``$PYSERINI_CACHE``) when there, else downloaded where the network allows."""
-    if is_cluster(name_or_path):  # an OpenSearch index (bm25aug.opensearch), searched where it is
-        return name_or_path
-    path = Path(name_or_path)
-    if path.is_dir():
-        return path
-    from bm25aug.lucene.jvm import start_jvm
-
-    start_jvm()  # before Pyserini, whose own JVM set-up fails on this runtime
-    from pyserini.util import download_prebuilt_index
-
-    try:
-        with contextlib.redirect_stdout(sys.stderr):  # Pyserini prints its download attempts; stdout may be a run
-            return Path(download_prebuilt_index(name_or_path, verbose=False))
-    except ValueError as e:
-        if str(e).startswith("Unrecognized index name"):
-            raise UserError(f"--index {name_or_path!r} is neither a folder nor a Pyserini prebuilt index name; "
-                            f"fix: pass an index folder, or a name such as beir-v1.0.0-scifact.flat") from None
-        failure = e
-    except Exception as e:  # noqa: BLE001  (a download fails many ways: md5 assertion, tar, HTTP, OS)
-        failure = e
-    raise UserError(f"prebuilt index {name_or_path!r} is not in Pyserini's cache and could not be downloaded "
-                    f"({type(failure).__name__}: {str(failure)[:120]}); fix: download it where the network allows, "
-                    f"or pass an index folder")
 
 
 def read_queries(path: str | Path) -> dict[str, str]:
@@ -93,12 +64,18 @@ def is_header(qid: str, text: str) -> bool:
     return qid.strip().lower() in HEADER_IDS and text.split("\t")[0].strip().lower() in HEADER_TEXTS
 
 
-def make_searcher(index: Path, model: str | None, tokenizer: str | None, k1: float, b: float, runtime: str,
-                  encode_batch_size: int | None = None):
-    """``AugmentedSearcher`` with a model, else ``BM25Searcher`` (wp when a tokenizer is named)."""
+def make_searcher(index: Path | str, model: str | None, tokenizer: str | None, k1: float, b: float, runtime: str,
+                  encode_batch_size: int | None = None, hybrid=None):
+    """``AugmentedSearcher`` with a model, else ``BM25Searcher`` (wp when a tokenizer is named);
+    ``hybrid``: ``(dense model, Fusion)``, the one or the other fused with the dense peer."""
     from bm25aug.search.augmented import AugmentedSearcher
     from bm25aug.search.bm25 import BM25Searcher
 
+    if hybrid:
+        from bm25aug.search.hybrid import HybridSearcher
+
+        options = {"runtime": runtime, "encode_batch_size": encode_batch_size} if model else {}
+        return HybridSearcher.from_pretrained(model, index, hybrid[0], hybrid[1], k1, b, **options)
     if model:
         return AugmentedSearcher.from_pretrained(model, index, k1, b, runtime=runtime, encode_batch_size=encode_batch_size)
     return BM25Searcher(index, k1, b, tokenizer=tokenizer)
@@ -121,9 +98,13 @@ def run(args) -> None:
         raise UserError("--tokenizer is for plain BM25 on a stock wp index; a --model brings its own; fix: drop one")
     if terms and args.model:
         raise UserError("--terms are term lists a model already wrote (bm25aug export); fix: drop --model")
-    index = resolve_index(args.index)
-    check_outputs({"--output": args.output}, {"--index": None if is_cluster(index) else index, "--model": args.model, "--queries": args.queries,
-                                              "--terms": terms})
+    hybrid = hybrid_of(args)
+    if hybrid and (terms or args.tokenizer):
+        raise UserError(f"--hybrid fuses queries searched on a flat index with the dense peer; "
+                        f"{'--terms' if terms else '--tokenizer'} is not; fix: drop one")
+    index = locate_index(args.index)
+    check_outputs({"--output": args.output}, {"--index": local_folder(index), "--model": args.model,
+                                              "--queries": args.queries, "--terms": terms})
     if terms:
         from bm25aug.search.term_lists import read_term_lists
 
@@ -138,13 +119,27 @@ def run(args) -> None:
                                                   desc="search", fields=fields)
         return _write(args, qids, tops, searcher)
     queries = read_queries(args.queries) if args.queries else None
-    searcher = make_searcher(index, args.model, args.tokenizer, args.k1, args.b, args.runtime, args.encode_batch_size)
+    searcher = make_searcher(index, args.model, args.tokenizer, args.k1, args.b, args.runtime, args.encode_batch_size,
+                             hybrid)
     if queries is None:
         print_hits(searcher.search(args.query, args.k or 10))
         return
     qids = list(queries)
     tops = searcher.batch_search_arrays(list(queries.values()), k=args.k or 1000, threads=args.threads, desc="search")
     _write(args, qids, tops, searcher)
+
+
+def hybrid_of(args):
+    """``(dense model, Fusion)`` with ``--hybrid``, else None; a fusion flag without it is refused."""
+    given = {"--dense-model": args.dense_model, "--fusion": args.fusion, "--fusion-weight": args.fusion_weight,
+             "--fusion-depth": args.fusion_depth}
+    if not args.hybrid:
+        if flag := next((f for f, v in given.items() if v is not None), None):
+            raise UserError(f"{flag} sets up a hybrid search; fix: add --hybrid, or drop {flag}")
+        return None
+    from bm25aug.search.hybrid import Fusion
+
+    return args.dense_model, Fusion.given(args.fusion, args.fusion_weight, args.fusion_depth)
 
 
 def _write(args, qids: list[str], tops, searcher) -> None:

@@ -32,7 +32,8 @@ import numpy as np
 from bm25aug.errors import UserError
 from bm25aug.limits import check, check_query
 from bm25aug.lucene.doc_terms import DocTermReader
-from bm25aug.lucene.ranking import EMPTY, TopK
+from bm25aug.lucene.reader import LuceneIndex
+from bm25aug.ranking import EMPTY, TopK
 from bm25aug.model.encoder import QueryEncoder
 from bm25aug.progress import progress
 from bm25aug.search.bm25 import BM25Searcher
@@ -82,6 +83,9 @@ class RM3Searcher:
             raise UserError(f"original_weight {params.original_weight} must lie strictly between 0 and 1; fix: pass "
                             f"e.g. 0.5 (Pyserini's default)")
         self.index = self.bm25.index
+        if not isinstance(self.index, LuceneIndex):  # Lucene's raw hits and document vectors: a folder's alone
+            raise UserError("RM3 reads what only an index folder holds (Lucene's unrounded scores and stored document "
+                            "vectors), and this index is on a cluster; fix: pass the dataset's index folder as --index")
         self.vectors = DocTermReader(self.index, pretokenized=self.bm25.meta.flavor == "wp")
         if not self.vectors.readable:
             raise UserError(f"{self.bm25.index_dir} stores no document vectors, which RM3 reads; fix: rebuild it "
@@ -94,6 +98,9 @@ class RM3Searcher:
 
     def hits(self, top: TopK):
         return self.bm25.hits(top)
+
+    def verify(self, dataset) -> None:
+        self.bm25.verify(dataset)
 
     def query_terms(self, query: str) -> dict[str, float]:
         """The first stage's term list of ``query`` (what RM3 expands)."""

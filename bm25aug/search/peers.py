@@ -17,8 +17,10 @@ from bm25aug.progress import progress
 from bm25aug.lucene.index import IndexMeta
 from bm25aug.lucene.jvm import JNI_LOCK, start_jvm
 from bm25aug.limits import check, check_query
-from bm25aug.lucene.ranking import EMPTY, TopK
-from bm25aug.lucene.reader import B, K1, read_docids
+from bm25aug.ranking import EMPTY, TopK
+from bm25aug.bm25_defaults import B, K1
+from bm25aug.lucene.reader import read_docids
+from bm25aug.search.indexes import folder_only
 
 EXPANSIONS = ("rm3", "rocchio")
 
@@ -29,7 +31,7 @@ class ExpansionSearcher:
     def __init__(self, index_dir: str | Path, expansion: str, k1: float = K1, b: float = B):
         if expansion not in EXPANSIONS:
             raise UserError(f"unknown expansion {expansion!r}; fix: use one of {', '.join(EXPANSIONS)}")
-        self.index_dir = Path(index_dir)
+        self.index_dir = folder_only(index_dir, f"bm25-{expansion}", "stored document vectors, read by Pyserini")
         meta = IndexMeta.load(self.index_dir, flavor="flat")  # not a Lucene index: one error line, before Java's
         if meta.flavor != "flat":
             raise UserError(f"{index_dir} is a {meta.flavor} index; {expansion} analyzes queries with the English "
@@ -65,6 +67,12 @@ class ExpansionSearcher:
         """Query by query: Pyserini's expansion runs in Python objects that share pyjnius methods,
         so it holds ``JNI_LOCK`` throughout and threads would only queue (``threads`` is ignored)."""
         return [self.search_arrays(q, k) for q in progress(queries, desc=desc, unit="q", disable=desc is None)]
+
+    def verify(self, dataset) -> None:
+        """That the index holds ``dataset``'s very corpus (``bm25aug.lucene.index.verify_index``)."""
+        from bm25aug.lucene.index import verify_index
+
+        verify_index(self.index_dir, dataset, self.docids)
 
     def hits(self, top: TopK):
         from bm25aug.search.bm25 import to_hits

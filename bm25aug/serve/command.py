@@ -19,12 +19,13 @@ SETTINGS = [f.name for f in dataclasses.fields(ServeConfig) if f.name != "indexe
 
 def config_from_args(args) -> ServeConfig:
     """``--config FILE`` or ``--index``/``--model`` flags, with any setting flag on top."""
-    if args.config and (args.index or args.model):
-        raise UserError("--config names the indexes itself; fix: drop --index/--model, or drop --config")
+    dense = getattr(args, "dense", None)
+    if args.config and (args.index or args.model or dense):
+        raise UserError("--config names the indexes itself; fix: drop --index/--model/--dense, or drop --config")
     overrides = {name: getattr(args, name) for name in SETTINGS if getattr(args, name, None) is not None}
     if args.config:
         return dataclasses.replace(load_config(args.config), **overrides)
-    return ServeConfig(indexes=index_specs(args.index, args.model), **overrides)
+    return ServeConfig(indexes=index_specs(args.index, args.model, dense), **overrides)
 
 
 def _require_extra() -> None:

@@ -4,8 +4,9 @@ Every default is written here once; the command line reads them from ``ServeConf
 file holds the same settings (``indexes`` maps a name to its index and, optionally, its model)::
 
     indexes:
-      scifact: {index: indexes/scifact.flat, model: checkpoints/scifact/best}
+      scifact: {index: indexes/scifact.flat, model: general, dense: bge-small-en-v1.5}
       nfcorpus: {index: indexes/nfcorpus.flat}
+    fusion: rrf
     port: 8081
     max_hits: 10000
     allowed_hosts: [localhost, 127.0.0.1, "[::1]", search.example.com]
@@ -21,10 +22,11 @@ from pathlib import Path
 
 from bm25aug.errors import UserError
 from bm25aug.limits import JAVA_INT_MAX, MAX_CLAUSES, MAX_QUERY_CHARS, RUNTIMES, check_choice
-from bm25aug.lucene.reader import B, K1
+from bm25aug.bm25_defaults import B, K1
+from bm25aug.search.hybrid import DEFAULT_FUSION, Fusion
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # an index name is one URL path segment
-ENTRY_KEYS = ("index", "model")  # what an entry of a config file's ``indexes`` may hold
+ENTRY_KEYS = ("index", "model", "dense")  # what an entry of a config file's ``indexes`` may hold
 # The names a browser on this machine uses for a loopback server, any port (as the mcp SDK's
 # streamable-HTTP transport allows by default): a page from anywhere else is refused (DNS rebinding).
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
@@ -33,11 +35,13 @@ LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 @dataclass(frozen=True)
 class IndexSpec:
     """One served index: its name in URLs, its folder (or Pyserini prebuilt name), and optionally
-    the model folder that rewrites its queries."""
+    the model folder that rewrites its queries and the dense model it is fused with (methods dense
+    and hybrid; a flat index folder)."""
 
     name: str
     index: str
     model: str | None = None
+    dense: str | None = None
 
 
 @dataclass
@@ -60,6 +64,10 @@ class ServeConfig:
     runtime: str = RUNTIMES[0]  # the query encoder's runtime
     k1: float = K1
     b: float = B
+    # hybrid's fusion (bm25aug.search.hybrid.Fusion), for the indexes served with a dense model
+    fusion: str = DEFAULT_FUSION.method
+    fusion_weight: float = DEFAULT_FUSION.weight
+    fusion_depth: int = DEFAULT_FUSION.depth
     # Host and Origin headers answered (others: 421, 403); "*" allows any, for use behind a proxy
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
     allowed_origins: tuple[str, ...] = tuple(f"http://{host}" for host in LOOPBACK_HOSTS)
@@ -72,6 +80,7 @@ class ServeConfig:
 
     def __post_init__(self) -> None:
         check_choice("query encoder runtime", self.runtime, RUNTIMES)
+        Fusion(self.fusion, self.fusion_weight, self.fusion_depth)  # checked: one line naming the setting
         for name, low, high in (("port", 0, 65535), ("max_hits", 1, JAVA_INT_MAX), ("max_batch", 1, 4096),
                                 ("max_queue", 1, 1_000_000), ("workers", 1, 64), ("threads", 1, 1024),
                                 ("max_query_chars", 1, MAX_QUERY_CHARS), ("doc_cache", 0, 100_000_000),
@@ -120,25 +129,33 @@ def parse_pairs(values: list[str] | None, option: str) -> list[tuple[str | None,
     return pairs
 
 
-def index_specs(index_flags: list[str] | None, model_flags: list[str] | None) -> list[IndexSpec]:
-    """``--index NAME=PATH`` and ``--model NAME=PATH`` flags as ``IndexSpec``s (a bare index path is
-    named after its folder; a bare model path goes with the only index)."""
+def index_specs(index_flags: list[str] | None, model_flags: list[str] | None,
+                dense_flags: list[str] | None = None) -> list[IndexSpec]:
+    """``--index NAME=PATH``, ``--model NAME=PATH`` and ``--dense NAME=MODEL`` flags as ``IndexSpec``s
+    (a bare index path is named after its folder; a bare model goes with the only index)."""
     indexes = [(name or Path(path.rstrip("/")).name, path) for name, path in parse_pairs(index_flags, "--index")]
     for name, _ in indexes:
         if not NAME.match(name):
             raise UserError(f"index name {name!r} cannot be a URL path segment; fix: name it, --index NAME=PATH")
-    models: dict[str, str] = {}
-    for name, path in parse_pairs(model_flags, "--model"):
+    models, dense = (_per_index(flags, option, [n for n, _ in indexes])
+                     for flags, option in ((model_flags, "--model"), (dense_flags, "--dense")))
+    return [IndexSpec(name, path, models.get(name), dense.get(name)) for name, path in indexes]
+
+
+def _per_index(flags: list[str] | None, option: str, names: list[str]) -> dict[str, str]:
+    """``option NAME=VALUE`` flags by index name (a bare VALUE: the only index's)."""
+    found: dict[str, str] = {}
+    for name, path in parse_pairs(flags, option):
         if name is None:
-            if len(indexes) != 1:
-                raise UserError(f"--model {path} names no index and {len(indexes)} are served; fix: pass "
-                                f"--model NAME={path} with NAME one of the --index names")
-            name = indexes[0][0]
-        if name not in dict(indexes):
-            raise UserError(f"--model {name}={path}: no --index is named {name!r}; fix: use one of "
-                            f"{', '.join(n for n, _ in indexes) or '(none: add --index NAME=PATH)'}")
-        models[name] = path
-    return [IndexSpec(name, path, models.get(name)) for name, path in indexes]
+            if len(names) != 1:
+                raise UserError(f"{option} {path} names no index and {len(names)} are served; fix: pass "
+                                f"{option} NAME={path} with NAME one of the --index names")
+            name = names[0]
+        if name not in names:
+            raise UserError(f"{option} {name}={path}: no --index is named {name!r}; fix: use one of "
+                            f"{', '.join(names) or '(none: add --index NAME=PATH)'}")
+        found[name] = path
+    return found
 
 
 def load_config(path: str | Path) -> ServeConfig:
@@ -163,11 +180,13 @@ def load_config(path: str | Path) -> ServeConfig:
         if unknown := sorted(map(str, set(entry) - set(ENTRY_KEYS))):
             raise UserError(f"{path}: the entry of index {name!r} has unknown keys {unknown}; fix: use the keys "
                             f"{', '.join(ENTRY_KEYS)}")
-        if not isinstance(entry.get("model", ""), (str, type(None))):
-            raise UserError(f"{path}: the model of index {name!r} is not a path; fix: write model: PATH")
+        for key in ("model", "dense"):
+            if not isinstance(entry.get(key, ""), (str, type(None))):
+                raise UserError(f"{path}: the {key} of index {name!r} is not a name or path; fix: write {key}: PATH")
     flags = [f"{name}={entry['index']}" for name, entry in entries.items()]
-    models = [f"{name}={entry['model']}" for name, entry in entries.items() if entry.get("model")]
+    models, dense = ([f"{name}={entry[key]}" for name, entry in entries.items() if entry.get(key)]
+                     for key in ("model", "dense"))
     try:
-        return ServeConfig(indexes=index_specs(flags, models), **data)
+        return ServeConfig(indexes=index_specs(flags, models, dense), **data)
     except TypeError as e:
         raise UserError(f"{path}: {e}; fix: see docs/usage-serve.md") from None

@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import StrictFloat, StrictInt
 
 from bm25aug.serve.config import ServeConfig
-from bm25aug.serve.service import SearchService, ServeError
+from bm25aug.serve.service import METHODS, SearchService, ServeError
 
 TRANSPORTS = ("stdio", "http")
 
@@ -58,9 +58,10 @@ def create_mcp(service: SearchService):
 
     @mcp.tool()
     async def search(index: str, query: str, hits: int = 10,
-                     method: Literal["bm25", "augmented"] | None = None) -> dict:
-        """Search an index; candidates are {docid, score, rank, doc}, best first. method: augmented
-        (default where a model is loaded) or bm25."""
+                     method: Literal[METHODS] | None = None) -> dict:
+        """Search an index; candidates are {docid, score, rank, doc}, best first. method: bm25,
+        augmented (where a model is loaded), dense or hybrid (where a dense model is); default: the
+        last the index has."""
         return await call(service.search, index, query, hits, method)
 
     # Strict, as the REST body is (``TermsQuery``): a weight "1.5" or true, or hits "10", is refused,

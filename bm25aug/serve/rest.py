@@ -32,7 +32,7 @@ from bm25aug.limits import JAVA_INT_MAX
 from bm25aug.serve.guard import RequestGuard
 from bm25aug.serve.schemas import (ERRORS, OVERLOADED, TOO_LARGE, UNHEALTHY, AugmentResponse, DocumentResponse, Health,
                                    IndexInfo, SearchResponse, TermsQuery)
-from bm25aug.serve.service import API, LARGE, SearchService, ServeError
+from bm25aug.serve.service import API, LARGE, METHODS, SearchService, ServeError
 
 log = logging.getLogger(__name__)
 
@@ -159,8 +159,9 @@ def create_app(service: SearchService) -> FastAPI:
     async def search(request: Request, index: str = index_path(), query: str = query_param(),
                      hits: int = Query(10, ge=1, le=JAVA_INT_MAX, description=hits_text),
                      parse: bool = parse_param(),
-                     method: Literal["bm25", "augmented"] | None = Query(
-                         None, description="bm25aug: the ranking method (default: augmented where a model is loaded)"),
+                     method: Literal[METHODS] | None = Query(
+                         None, description="bm25aug: the ranking method (default: the index's last of bm25, "
+                                           "augmented where a model is loaded, hybrid where a dense model is)"),
                      ) -> Response:
         return await _search_answer(service, await unless_gone(request, service.search(index, query, hits, method,
                                                                                        parse)))

@@ -75,6 +75,7 @@ class IndexInfo(BaseModel):
     flavor: str
     num_docs: int
     model: str | None
+    dense: str | None = None  # the dense model of methods dense and hybrid
     methods: list[str]
     default_method: str
 

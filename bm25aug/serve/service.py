@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Callable
 
 from bm25aug.errors import Unavailable, UserError
 from bm25aug.limits import JAVA_INT_MAX, check_text
-from bm25aug.lucene.ranking import TopK
+from bm25aug.ranking import TopK
 from bm25aug.serve.batcher import MicroBatcher, Overloaded
 from bm25aug.serve.config import IndexSpec, ServeConfig
 from bm25aug.lucene.term_query import check_clauses, query_syntax
@@ -41,10 +41,11 @@ from bm25aug.search.term_lists import check_term_list
 if TYPE_CHECKING:
     from bm25aug.search.augmented import AugmentedSearcher
     from bm25aug.search.bm25 import BM25Searcher
+    from bm25aug.search.hybrid import HybridSearcher
 
 log = logging.getLogger(__name__)
 API = "v1"
-METHODS = ("bm25", "augmented")
+METHODS = ("bm25", "augmented", "dense", "hybrid")  # an index's own: bm25, then what its spec loads
 TERMS = "terms"  # the batcher of weighted term lists (BM25 on the client's own weights; multifield: term_fields)
 LARGE = 100  # candidates past which an answer is built on the service's threads, not the event loop's
 # How long /health reports an index unavailable after a request found it so (a 503: its cluster did
@@ -68,14 +69,22 @@ class Backend:
     bm25: BM25Searcher
     augmented: AugmentedSearcher | None
     doc_cache: int
+    hybrid: HybridSearcher | None = None  # the model (else bm25) fused with the spec's dense model
     term_fields: dict[str, float] | None = None  # the field weights of weighted term lists (multifield only)
     batchers: dict[str, MicroBatcher] = field(default_factory=dict)
     _docs: OrderedDict = field(default_factory=OrderedDict)
     _docs_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
+    def searchers(self) -> dict:
+        """Each method's searcher, in ``METHODS``' order."""
+        found = {"bm25": self.bm25, "augmented": self.augmented, "dense": self.hybrid and self.hybrid.dense,
+                 "hybrid": self.hybrid}
+        return {method: found[method] for method in METHODS if found[method] is not None}
+
+    @property
     def methods(self) -> tuple[str, ...]:
-        return METHODS if self.augmented is not None else ("bm25",)
+        return tuple(self.searchers)
 
     @property
     def default_method(self) -> str:
@@ -107,7 +116,7 @@ class Backend:
             tops = [self.bm25.search_terms_arrays(queries[0], k, self.term_fields)] if len(queries) == 1 else \
                 self.bm25.batch_search_terms_arrays(queries, k, threads, fields=self.term_fields)
         else:
-            searcher = self.augmented if method == "augmented" else self.bm25
+            searcher = self.searchers[method]
             tops = [searcher.search_arrays(queries[0], k)] if len(queries) == 1 else \
                 searcher.batch_search_arrays(queries, k, threads)
         return [(top, self.documents(top.lucene_ids)) for top in tops]
@@ -135,20 +144,22 @@ class SearchService:
     def __init__(self, config: ServeConfig):
         from bm25aug.search.augmented import AUGMENTED_FIELD_WEIGHTS, AugmentedSearcher
         from bm25aug.search.bm25 import BM25Searcher
-        from bm25aug.search.command import resolve_index
+        from bm25aug.search.indexes import locate_index
 
         if not config.indexes:
             raise UserError("nothing to serve; fix: pass --index NAME=PATH (and --model NAME=PATH), or --config FILE")
         self.config, self.started = config, time.time()
         self.backends: dict[str, Backend] = {}
         for spec in config.indexes:
-            path = resolve_index(spec.index)
+            path = locate_index(spec.index)
             if spec.model:
                 augmented = AugmentedSearcher.from_pretrained(spec.model, path, config.k1, config.b,
                                                               runtime=config.runtime)
                 backend = Backend(spec, augmented.bm25, augmented, config.doc_cache)
             else:
                 backend = Backend(spec, BM25Searcher(path, config.k1, config.b), None, config.doc_cache)
+            if spec.dense:
+                backend.hybrid = self._hybrid(backend, spec)
             if backend.bm25.meta.flavor == "multifield":  # term lists as AugmentedSearcher searches its own
                 backend.term_fields = backend.bm25.field_weights(AUGMENTED_FIELD_WEIGHTS)
             for method in (*backend.methods, TERMS):
@@ -165,6 +176,15 @@ class SearchService:
         self._waiting: set[asyncio.Future] = set()  # requests waiting for a search (the event loop's thread only)
         self.stopping = False
         self.outages: dict[str, tuple[float, str]] = {}  # index name: when and why it was last unavailable
+
+    def _hybrid(self, backend: Backend, spec: IndexSpec) -> HybridSearcher:
+        """The index's model (else BM25) fused with its dense model, as ``HybridSearcher`` fuses."""
+        from bm25aug.search.hybrid import Fusion, HybridSearcher, local_index
+        from bm25aug.search.dense import DenseSearcher
+
+        sparse = backend.augmented or backend.bm25
+        fusion = Fusion(self.config.fusion, self.config.fusion_weight, self.config.fusion_depth)
+        return HybridSearcher(sparse, DenseSearcher(local_index(sparse), spec.dense), fusion)
 
     def _batchers(self) -> list[MicroBatcher]:
         return [batcher for backend in self.backends.values() for batcher in backend.batchers.values()]
@@ -257,9 +277,11 @@ class SearchService:
         """The asked-for method if the index has it, else its default (augmented where a model is loaded)."""
         method = method or backend.default_method
         if method not in backend.methods:
-            why = ("no model is loaded for it" if method == "augmented" else f"{method!r} is not a method")
-            raise ServeError(400, f"index {backend.spec.name!r} cannot search with method={method!r} ({why}); fix: "
-                                  f"use one of {', '.join(backend.methods)}")
+            why = {"augmented": "no model is loaded for it",
+                   "dense": "no dense model is loaded for it", "hybrid": "no dense model is loaded for it"}
+            raise ServeError(400, f"index {backend.spec.name!r} cannot search with method={method!r} "
+                                  f"({why.get(method, f'{method!r} is not a method')}); fix: use one of "
+                                  f"{', '.join(backend.methods)}")
         return method
 
     # ---------------------------------------------------------------------------- requests
@@ -335,7 +357,7 @@ class SearchService:
     def indexes(self) -> list[dict]:
         """Each served index: its name, folder, size, flavor, model and methods."""
         return [{"name": name, "index": str(b.bm25.index_dir), "flavor": b.bm25.meta.flavor,
-                 "num_docs": b.bm25.num_docs, "model": b.spec.model, "methods": list(b.methods),
+                 "num_docs": b.bm25.num_docs, "model": b.spec.model, "dense": b.spec.dense, "methods": list(b.methods),
                  "default_method": b.default_method} for name, b in self.backends.items()]
 
     def health(self) -> dict:

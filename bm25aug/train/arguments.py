@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bm25aug import recipes
 from bm25aug.errors import UserError
-from bm25aug.lucene.reader import B, K1
+from bm25aug.bm25_defaults import B, K1
 from bm25aug.limits import check_all, check_choice
 from bm25aug.model.config import POOLINGS, SAVED_BEFORE, TARGETS, TRAINED_SIDES, AugmenterConfig
 

@@ -246,7 +246,7 @@ def build(teacher_name: str, datasets: list[str], output: Path, settings: FitSet
     from copy import deepcopy
 
     from bm25aug.io import atomic_dir
-    from bm25aug.model.onnx_encoder import load_encoder
+    from bm25aug.model.loading import load_encoder
     from bm25aug.model.reweighter import WEIGHTS_FILE, write_folder
 
     teacher = load_encoder(teacher_name)

@@ -24,7 +24,8 @@ import torch
 
 from bm25aug.lucene.doc_terms import DocTermReader, field_statistics, term_dictionary
 from bm25aug.lucene.index import META_FILE, IndexMeta
-from bm25aug.lucene.reader import B, K1, LuceneIndex
+from bm25aug.bm25_defaults import B, K1
+from bm25aug.lucene.reader import LuceneIndex
 from bm25aug.progress import progress
 
 # SmallFloat.intToByte4 / byte4ToInt (org.apache.lucene.util.SmallFloat), ported bit for bit.

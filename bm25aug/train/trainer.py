@@ -27,7 +27,7 @@ from bm25aug.io import atomic_dir, claim_folder, refuse_foreign, write_jsonl
 from bm25aug.model.augmenter import CONFIG_NAME, QueryAugmenter
 from bm25aug.model.loading import is_static
 from bm25aug.model.encoder import encode_queries
-from bm25aug.model.tokenization import vocab_hash
+from bm25aug.tokenization import vocab_hash
 from bm25aug.outputs import check_outputs
 from bm25aug.progress import progress
 from bm25aug.search.bm25 import mean_added_terms
@@ -137,6 +137,11 @@ class Trainer:
     def callback(self, kind: type) -> TrainerCallback | None:
         """The first callback of type ``kind``, if any."""
         return next((cb for cb in self.callbacks if isinstance(cb, kind)), None)
+
+    def release(self) -> None:
+        """Give up the output folder without training (``train`` releases it when it ends): for a
+        caller that only times steps (``research/profile_training.py``)."""
+        self._lock.release()
 
     # ------------------------------------------------------------------------------------ loop
     def train(self) -> dict:

@@ -1,0 +1,47 @@
+"""The tables of hybrid search's recorded runs: the fusion chosen on the shared sets' dev splits
+(``research/hybrid_defaults.py``, ``docs/data/hybrid_defaults.json``) and what a hybrid costs
+beside bm25-flat (``benchmarks/bench_hybrid.py``, ``docs/data/hybrid_cost.json``)."""
+
+from __future__ import annotations
+
+SIDES = ("bm25-flat", "general")
+
+
+def fusion_table(recorded: dict) -> str:
+    """Per candidate fusion, each dev set's main metric for the two hybrids, and their means."""
+    sets = recorded["sets"]
+    metric = {name: "acc@5" if "acc@5" in r["dense"] else "ndcg@10" for name, r in sets.items()}
+    lines = ["| fusion | " + " | ".join(f"{n} {r['split']} ({metric[n]}): bm25-flat / general hybrid"
+                                         for n, r in sets.items()) + " | mean: bm25-flat / general hybrid |",
+             "|---|" + "---|" * (len(sets) + 1)]
+    for name, means in recorded["means"].items():
+        cells = [" / ".join(f"{r[f'{side}-hybrid'][name][metric[n]]:.4f}" for side in SIDES) for n, r in sets.items()]
+        mean = " / ".join(f"{means[side]:.4f}" for side in SIDES)
+        mark = "**" if name == recorded["chosen"] else ""
+        lines.append(f"| {mark}{name}{mark} | " + " | ".join(cells) + f" | {mark}{mean}{mark} |")
+    alone = [" / ".join(f"{r[m][metric[n]]:.4f}" for m in ("bm25-flat", "general", "dense")) for n, r in sets.items()]
+    lines.append("| alone: bm25-flat / general / dense | " + " | ".join(alone) + " | |")
+    notes = [f"{n} {r['split']}: {r['default_general_vs_bm25_hybrid']['mean_diff']:+.4f} "
+             f"({r['default_general_vs_bm25_hybrid']['better']} queries better, "
+             f"{r['default_general_vs_bm25_hybrid']['worse']} worse, paired t-test p = "
+             f"{r['default_general_vs_bm25_hybrid']['p']:.3f})" for n, r in sets.items()
+             if "default_general_vs_bm25_hybrid" in r]
+    paired = f" The general hybrid against the bm25-flat hybrid, query by query, at the default: {'; '.join(notes)}." \
+        if notes else ""
+    return "\n".join(lines + ["", f"Chosen: **{recorded['chosen']}**, the best mean for the general hybrid.{paired} "
+                                   f"Recorded with `{recorded['command']}`."])
+
+
+def cost_table(recorded: dict) -> str:
+    """Latency and QPS of each path, and its ratio to bm25-flat's, from one run."""
+    threads = list(recorded["qps"])
+    lines = ["| path | p50 ms | p95 ms | p50 / bm25-flat's | " + " | ".join(f"QPS, {t} thread(s) (x bm25-flat's)"
+                                                                     for t in threads) + " |",
+             "|---|---|---|---|" + "---|" * len(threads)]
+    for name, lat in recorded["latency_ms"].items():
+        rates = [f"{recorded['qps'][t][name]['qps']:,.0f} (x{recorded['qps'][t][name]['over_first']:.3g})" for t in threads]
+        lines.append(f"| {name} | {lat['p50']:.2f} | {lat['p95']:.2f} | {lat['p50_over_bm25']:.1f} | " + " | ".join(rates) + " |")
+    return "\n".join(lines + ["", f"{recorded['dataset']} {recorded['split']}, {recorded['queries']} queries, "
+                                   f"k={recorded['k']}, fusion {recorded['fusion']}; the dense side's corpus encoding "
+                                   f"took {recorded['corpus_encode_s']:,.0f} s once (cached), its embeddings "
+                                   f"{recorded['embeddings_mb']:.1f} MB. Recorded with `{recorded['command']}`."])
