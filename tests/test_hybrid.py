@@ -87,7 +87,8 @@ def expected(request, corpus):
 
 
 def fusion_flags(method: str) -> list[str]:
-    return ["--dense-model", DENSE, "--fusion", method, "--fusion-weight", "0.3", "--fusion-depth", str(DEPTH)]
+    weight = ["--fusion-weight", "0.3"] if method == "interpolation" else []  # rrf takes none
+    return ["--dense-model", DENSE, "--fusion", method, *weight, "--fusion-depth", str(DEPTH)]
 
 
 def test_the_api_equals_fusing_by_hand(corpus, expected):
@@ -124,8 +125,8 @@ def test_the_cli_and_eval_equal_fusing_by_hand(corpus, expected, tmp_path):
 
 def test_the_rest_server_equals_fusing_by_hand(corpus, expected, tmp_path):
     method, fused, _ = expected  # one request at a time: each query searched alone
-    server = Server(["--index", f"gen={corpus[1]}", "--model", "gen=general", "--dense", f"gen={DENSE}",
-                     "--fusion", method, "--fusion-weight", "0.3", "--fusion-depth", str(DEPTH)], tmp_path / "serve.log")
+    server = Server(["--index", f"gen={corpus[1]}", "--model", "gen=general", *fusion_flags(method)[2:],
+                     "--dense", f"gen={DENSE}"], tmp_path / "serve.log")
     try:
         info = httpx.get(f"{server.url}/v1/indexes").json()
         assert info[0]["methods"] == ["bm25", "augmented", "dense", "hybrid"] and info[0]["default_method"] == "hybrid"
@@ -181,7 +182,7 @@ def test_the_fusion_rules_by_their_formulas():
 
 @pytest.mark.parametrize("settings, says", [
     ({"method": "max"}, "unknown fusion 'max'"), ({"weight": 1.5}, "--fusion-weight 1.5 is out of range"),
-    ({"depth": 0}, "--fusion-depth 0 is out of range"), ({"rrf_k": -1}, "--rrf-k -1 is out of range")])
+    ({"depth": 0}, "--fusion-depth 0 is out of range"), ({"rrf_k": -1}, "rrf_k -1 is out of range")])
 def test_bad_fusion_settings_are_one_line(settings, says):
     from bm25aug.search.hybrid import Fusion
 
@@ -197,3 +198,20 @@ def test_the_cli_refuses_a_fusion_flag_without_hybrid_and_hybrid_on_a_wp_index(t
     assert main(["search", "--index", str(wp), "--query", "cat", "--hybrid", "--dense-model", DENSE]) == 2
     err = capsys.readouterr().err.strip()
     assert "is a wp index, not flat; fix: pass a flat index" in err and len(err.splitlines()) == 1
+
+
+def test_fusion_settings_are_refused_where_nothing_fuses(tmp_path, capsys):
+    """A fusion flag on a method that fuses nothing, or a weight with rrf, is one line, not ignored."""
+    from bm25aug.eval.evaluate import EvalConfig, evaluate
+    from bm25aug.search.hybrid import Fusion
+    from bm25aug.serve.config import IndexSpec, ServeConfig
+
+    with pytest.raises(UserError, match="--fusion-weight is for the dense peer and hybrid search, and --method "
+                                        "bm25-flat uses neither; fix"):
+        evaluate(EvalConfig(dataset="scifact", method="bm25-flat", fusion_weight=0.5))
+    with pytest.raises(UserError, match="a fusion weight is interpolation's"):
+        Fusion.given("rrf", 0.9)
+    with pytest.raises(UserError, match="fusion settings are for indexes served with --dense"):
+        ServeConfig(indexes=[IndexSpec("x", "indexes/x")], fusion="rrf")
+    with pytest.raises(UserError, match="a fusion weight is interpolation's"):
+        ServeConfig(indexes=[IndexSpec("x", "indexes/x", dense=DENSE)], fusion="rrf", fusion_weight=0.9)

@@ -71,5 +71,6 @@ def test_index_refuses_the_cluster_only_flags_without_to_and_writes_nothing(tiny
     root = tmp_path / "indexes"
     assert main(["index", "--dataset", str(tiny_beir), "--index-root", str(root), *flags]) == 2
     err = capsys.readouterr().err.strip()
-    assert f"{named} set up a cluster's index" in err and "fix: add --to URL" in err and len(err.splitlines()) == 1
+    assert err.startswith(f"error: {named} ") and "for `index --to URL`" in err and "fix: add --to URL" in err
+    assert len(err.splitlines()) == 1
     assert not root.exists()

@@ -85,6 +85,8 @@ class EvalResult:
         if any(m.get("ran_on") == "cluster" for m in self.metrics.values()):  # say where each row ran
             lines += [f"{name}: ran {m['ran_on']}, on {m['index']}" + ("" if m["ran_on"] == "cluster" else
                       " (it reads what only an index folder holds)") for name, m in self.metrics.items()]
+        lines += [f"{name}: fused by {m['fusion']} with {m['dense_model']}" for name, m in self.metrics.items()
+                  if "fusion" in m]
         for name, m in self.metrics.items():
             if name in METHODS and METHODS[name].needs_checkpoint and self.checkpoint:
                 plain = "; its term lists are the queries' own terms: this row is plain BM25"
@@ -126,12 +128,11 @@ def run_method(method: Method, config: EvalConfig, dataset, split, k: int, check
                remove_query: bool = False, index: Path | None = None) -> tuple[dict, dict]:
     """Metrics (quality, p50/p95 latency; for augmented, added terms and their precision) and the
     run of one method. ``index``: search it instead of the dataset's own (built when missing)."""
-    from bm25aug.lucene.doc_terms import DocTermReader
-    from bm25aug.eval.metrics import added_term_precision, evaluate_split
+    from bm25aug.eval.metrics import evaluate_split
     from bm25aug.lucene.index import ensure_index
-    from bm25aug.search.indexes import local_folder
     from bm25aug.search.augmented import AugmentedSearcher
-    from bm25aug.search.bm25 import mean_added_terms
+    from bm25aug.search.hybrid import HybridSearcher
+    from bm25aug.search.indexes import local_folder
 
     given = index is not None
     index = index or ensure_index(dataset, index_flavor(method, checkpoint), config.index_root, threads=config.threads)
@@ -157,24 +158,13 @@ def run_method(method: Method, config: EvalConfig, dataset, split, k: int, check
         tops = searcher.batch_search_arrays(texts, k, config.threads, desc="search")
     qps = len(texts) / max(time.perf_counter() - start, 1e-9)
     extra = {}
-    if isinstance(searcher, AugmentedSearcher):
-        extra = {"aug_terms_mean": mean_added_terms(searcher.bm25, texts, terms),
-                 "query_terms_mean": float(np.mean([len(v) for v in terms])) if terms else 0.0}
-        if plain_bm25(searcher.bm25, texts, terms):  # labelled so in the table, and said here
-            extra["plain_bm25"] = True
-            log.warning("%s: %s gave every query its own terms (as plain BM25 counts them, up to one factor): the row "
-                        "ranks as bm25-%s does, the model changed nothing", method.name, described(checkpoint),
-                        searcher.bm25.meta.flavor)
-        if searcher.bm25.meta.flavor == "multifield" and not dataset.is_qa:  # it reads one field; flat measures it
-            log.info("%s is multifield: the added terms' precision is measured on the flat index", index)
-        elif cluster and not dataset.is_qa:
-            log.info("%s is on a cluster, whose documents' terms are not read here: the added terms' precision "
-                     "is not measured (eval.py on the dataset's flat index folder measures it)", index)
-        elif not dataset.is_qa and DocTermReader(searcher.bm25.index, searcher.bm25.meta.flavor == "wp").readable:
-            extra.update(added_term_precision(searcher.bm25, dict(zip(qids, terms)), split))
-        elif not dataset.is_qa:
-            log.info("%s stores no document vectors, so the added terms' precision is not measured (a stock index "
-                     "needs none to search)", index)
+    if isinstance(searcher, HybridSearcher):  # the fusion and the dense model, so that a row says what made it
+        extra = {"fusion": searcher.fusion.describe(), "dense_model": searcher.dense.model.name}
+        if isinstance(searcher.sparse, AugmentedSearcher):  # its model's term lists, described as augmented's are
+            extra.update(model_extras(searcher.sparse, searcher.sparse.term_lists(texts, config.threads), method,
+                                      checkpoint, qids, split, dataset, index, cluster))
+    elif isinstance(searcher, AugmentedSearcher):
+        extra = model_extras(searcher, terms, method, checkpoint, qids, split, dataset, index, cluster)
     run = {qid: searcher.hits(top) for qid, top in zip(qids, tops)}
     if remove_query:
         run = drop_query_hits(run)
@@ -184,6 +174,35 @@ def run_method(method: Method, config: EvalConfig, dataset, split, k: int, check
     metrics.update(latency_ms_p50=float(np.percentile(lat, 50)), latency_ms_p95=float(np.percentile(lat, 95)), qps=qps,
                    **extra, ran_on="cluster" if cluster else "in process", index=str(index))
     return metrics, run
+
+
+def model_extras(searcher, terms: list[dict[str, float]], method: Method, checkpoint: Path | None, qids: list[str],
+                 split, dataset, index, cluster: bool) -> dict:
+    """What a model's term lists did (``AugmentedSearcher``): added terms, whether it ranked as plain
+    BM25 (said, and labelled in the table), and the added terms' precision where it can be read."""
+    from bm25aug.eval.metrics import added_term_precision
+    from bm25aug.lucene.doc_terms import DocTermReader
+    from bm25aug.search.bm25 import mean_added_terms
+
+    texts = [split.queries[q] for q in qids]
+    extra = {"aug_terms_mean": mean_added_terms(searcher.bm25, texts, terms),
+             "query_terms_mean": float(np.mean([len(v) for v in terms])) if terms else 0.0}
+    if plain_bm25(searcher.bm25, texts, terms):  # labelled so in the table, and said here
+        extra["plain_bm25"] = True
+        log.warning("%s: %s gave every query its own terms (as plain BM25 counts them, up to one factor): the row "
+                    "ranks as bm25-%s does, the model changed nothing", method.name, described(checkpoint),
+                    searcher.bm25.meta.flavor)
+    if searcher.bm25.meta.flavor == "multifield" and not dataset.is_qa:  # it reads one field; flat measures it
+        log.info("%s is multifield: the added terms' precision is measured on the flat index", index)
+    elif cluster and not dataset.is_qa:
+        log.info("%s is on a cluster, whose documents' terms are not read here: the added terms' precision "
+                 "is not measured (eval.py on the dataset's flat index folder measures it)", index)
+    elif not dataset.is_qa and DocTermReader(searcher.bm25.index, searcher.bm25.meta.flavor == "wp").readable:
+        extra.update(added_term_precision(searcher.bm25, dict(zip(qids, terms)), split))
+    elif not dataset.is_qa:
+        log.info("%s stores no document vectors, so the added terms' precision is not measured (a stock index "
+                 "needs none to search)", index)
+    return extra
 
 
 def drop_query_hits(run: dict[str, list]) -> dict[str, list]:
@@ -206,6 +225,13 @@ def evaluate(config: EvalConfig) -> EvalResult:
     if config.fields is not None and method.flavor not in ("multifield", "target"):
         raise UserError(f"field weights are for a multifield index, and {method.name} searches a {method.flavor} one; "
                         f"fix: drop them, or use --method bm25-multifield or augmented-multifield")
+    hybrid = method.name in ("hybrid", "augmented-hybrid")
+    given = {"--fusion": config.fusion, "--fusion-weight": config.fusion_weight, "--fusion-depth": config.fusion_depth,
+             "--dense-model": config.dense_model}
+    if flag := next((f for f, v in given.items() if v is not None and not (hybrid or (f == "--dense-model" and
+                                                                                   method.name == "dense"))), None):
+        raise UserError(f"{flag} is for the dense peer and hybrid search, and --method {method.name} uses neither; fix: "
+                        f"drop {flag}, or use --method hybrid or augmented-hybrid")
     checkpoint = resolve_checkpoint(config.checkpoint, dataset.name, config.transfer) if method.needs_checkpoint else None
     split = checkpoint_dev(dataset, checkpoint) if split_name == CHECKPOINT_DEV else dataset.split(split_name)
     k = config.k or (100 if dataset.is_qa else 1000)

@@ -51,11 +51,14 @@ class Fusion:
             raise UserError(f"unknown fusion {self.method!r}; fix: use one of {', '.join(FUSIONS)}")
         check("fusion_weight", self.weight)
         check("fusion_depth", self.depth)
-        check("rrf_k", self.rrf_k)
+        check("rrf_k", self.rrf_k, option="rrf_k")
 
     @classmethod
     def given(cls, method: str | None = None, weight: float | None = None, depth: int | None = None) -> "Fusion":
         """The default fusion with the settings given (None: the default's)."""
+        if method == "rrf" and weight is not None:
+            raise UserError("a fusion weight is interpolation's, and rrf weighs the two lists alike; fix: drop the "
+                            "weight, or use interpolation")
         settings = {"method": method, "weight": weight, "depth": depth}
         return cls(**{name: value for name, value in settings.items() if value is not None})
 
@@ -157,7 +160,7 @@ class HybridSearcher:
                             desc: str | None = None) -> list[TopK]:
         depth = self.depth(k)
         sparse = self.sparse.batch_search_arrays(queries, depth, threads, desc)
-        dense = self.dense.batch_search_arrays(queries, depth, threads)
+        dense = self.dense.batch_search_arrays(queries, depth, threads, desc and f"{desc} (dense)")
         return [fuse(s, d, k, self.fusion, self.id_order) for s, d in zip(sparse, dense)]
 
     def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, threads: int = 1) -> dict:

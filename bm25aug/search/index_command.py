@@ -14,12 +14,16 @@ def run(args) -> None:
         from bm25aug.opensearch.ingest import run as to_cluster
 
         return to_cluster(args)
-    cluster_only = {"--shards": getattr(args, "shards", None) is not None,
-                    "--replicas": getattr(args, "replicas", None) is not None,
-                    "--k1": getattr(args, "k1", K1) != K1, "--b": getattr(args, "b", B) != B}
-    if given := [flag for flag, set_ in cluster_only.items() if set_]:
-        raise UserError(f"{' and '.join(given)} set up a cluster's index (BM25 settings are the searcher's on a Lucene "
-                        f"index); fix: add --to URL, or drop them and pass --k1/--b when searching")
+    layout = [flag for flag, value in (("--shards", getattr(args, "shards", None)),
+                                       ("--replicas", getattr(args, "replicas", None))) if value is not None]
+    bm25 = [flag for flag, value, default in (("--k1", getattr(args, "k1", K1), K1), ("--b", getattr(args, "b", B), B))
+            if value != default]
+    if layout or bm25:
+        what = " and ".join(layout + bm25)
+        why = "a cluster's index takes them" if layout else "a Lucene index leaves BM25's settings to its searcher"
+        fix = "drop them and pass --k1/--b when searching" if bm25 and not layout else "drop them"
+        raise UserError(f"{what} {'is' if len(layout + bm25) == 1 else 'are'} for `index --to URL` ({why}); fix: add "
+                        f"--to URL, or {fix}")
     from bm25aug.lucene.index import run as to_folders
 
     to_folders(args)

@@ -80,7 +80,15 @@ class ServeConfig:
 
     def __post_init__(self) -> None:
         check_choice("query encoder runtime", self.runtime, RUNTIMES)
-        Fusion(self.fusion, self.fusion_weight, self.fusion_depth)  # checked: one line naming the setting
+        fusion = (self.fusion, self.fusion_weight, self.fusion_depth)
+        Fusion(*fusion)  # checked: one line naming the setting
+        default = (DEFAULT_FUSION.method, DEFAULT_FUSION.weight, DEFAULT_FUSION.depth)
+        if fusion != default and not any(spec.dense for spec in self.indexes):
+            raise UserError("fusion settings are for indexes served with --dense (methods dense and hybrid), and none "
+                            "is; fix: add --dense NAME=MODEL, or drop the fusion settings")
+        if self.fusion == "rrf" and self.fusion_weight != DEFAULT_FUSION.weight:
+            raise UserError("a fusion weight is interpolation's, and rrf weighs the two lists alike; fix: drop "
+                            "fusion_weight, or use interpolation")
         for name, low, high in (("port", 0, 65535), ("max_hits", 1, JAVA_INT_MAX), ("max_batch", 1, 4096),
                                 ("max_queue", 1, 1_000_000), ("workers", 1, 64), ("threads", 1, 1024),
                                 ("max_query_chars", 1, MAX_QUERY_CHARS), ("doc_cache", 0, 100_000_000),
