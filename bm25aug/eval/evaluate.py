@@ -131,6 +131,7 @@ def run_method(method: Method, config: EvalConfig, dataset, split, k: int, check
     from bm25aug.eval.metrics import evaluate_split
     from bm25aug.lucene.index import ensure_index
     from bm25aug.search.augmented import AugmentedSearcher
+    from bm25aug.search.dense import ExactSearcher
     from bm25aug.search.hybrid import HybridSearcher
     from bm25aug.search.indexes import local_folder
 
@@ -150,26 +151,25 @@ def run_method(method: Method, config: EvalConfig, dataset, split, k: int, check
         searcher.verify(dataset)  # the index given holds the dataset's very corpus (Index.verify)
     qids, texts = list(split.queries), list(split.queries.values())
     lat = latency_ms(lambda q: searcher.search_arrays(q, k), texts)
+    model = searcher.sparse if isinstance(searcher, HybridSearcher) else searcher  # whose term lists are described
     start = time.perf_counter()
-    if isinstance(searcher, AugmentedSearcher):  # encoded once: searched, and described below
-        terms = searcher.term_lists(texts, config.threads)
-        tops = searcher.batch_search_terms_arrays(terms, k, config.threads, desc="search")
+    if isinstance(model, AugmentedSearcher):  # encoded once: searched, and described below
+        terms = model.term_lists(texts, config.threads)
+        tops = searcher.batch_search_terms_arrays(terms, k, config.threads, desc="search") if model is searcher else \
+            searcher.batch_search_arrays(texts, k, config.threads, desc="search", term_lists=terms)
     else:
         tops = searcher.batch_search_arrays(texts, k, config.threads, desc="search")
     qps = len(texts) / max(time.perf_counter() - start, 1e-9)
     extra = {}
     if isinstance(searcher, HybridSearcher):  # the fusion and the dense model, so that a row says what made it
         extra = {"fusion": searcher.fusion.describe(), "dense_model": searcher.dense.model.name}
-        if isinstance(searcher.sparse, AugmentedSearcher):  # its model's term lists, described as augmented's are
-            extra.update(model_extras(searcher.sparse, searcher.sparse.term_lists(texts, config.threads), method,
-                                      checkpoint, qids, split, dataset, index, cluster))
-    elif isinstance(searcher, AugmentedSearcher):
-        extra = model_extras(searcher, terms, method, checkpoint, qids, split, dataset, index, cluster)
+    if isinstance(model, AugmentedSearcher):
+        extra.update(model_extras(model, terms, method, checkpoint, qids, split, dataset, index, cluster))
     run = {qid: searcher.hits(top) for qid, top in zip(qids, tops)}
     if remove_query:
         run = drop_query_hits(run)
     metrics = evaluate_split(run, split, dataset.corpus)
-    if hasattr(searcher, "encode_seconds"):  # a dense method: the corpus was encoded first (once, cached)
+    if isinstance(searcher, (ExactSearcher, HybridSearcher)):  # a peer that encoded the corpus first (once, cached)
         extra["corpus_encode_s"] = searcher.encode_seconds
     metrics.update(latency_ms_p50=float(np.percentile(lat, 50)), latency_ms_p95=float(np.percentile(lat, 95)), qps=qps,
                    **extra, ran_on="cluster" if cluster else "in process", index=str(index))

@@ -56,9 +56,7 @@ class Fusion:
     @classmethod
     def given(cls, method: str | None = None, weight: float | None = None, depth: int | None = None) -> "Fusion":
         """The default fusion with the settings given (None: the default's)."""
-        if method == "rrf" and weight is not None:
-            raise UserError("a fusion weight is interpolation's, and rrf weighs the two lists alike; fix: drop the "
-                            "weight, or use interpolation")
+        refuse_rrf_weight(method, weight is not None)
         settings = {"method": method, "weight": weight, "depth": depth}
         return cls(**{name: value for name, value in settings.items() if value is not None})
 
@@ -85,6 +83,13 @@ class Fusion:
 DEFAULT_FUSION = Fusion()
 
 
+def refuse_rrf_weight(method: str | None, weight_given: bool) -> None:
+    """A weight given with rrf would be ignored: one line instead (the API, the commands, serve)."""
+    if method == "rrf" and weight_given:
+        raise UserError("a fusion weight is interpolation's, and rrf weighs the two lists alike; fix: drop the "
+                        "weight, or use interpolation")
+
+
 def fuse(sparse: TopK, dense: TopK, k: int, fusion: Fusion, id_order: np.ndarray) -> TopK:
     """The fused top ``k`` of two lists of the same index's doc numbers; ``id_order``: each doc
     number's place in external-id order (the tie rule). Only the lists' documents are touched."""
@@ -109,7 +114,6 @@ class HybridSearcher:
                             "searcher over the sparse searcher's own index folder")
         self.sparse, self.dense, self.fusion = sparse, dense, fusion or DEFAULT_FUSION
         self.encode_seconds = dense.encode_seconds  # the dense side's corpus encoding (once, cached)
-        self._id_order: np.ndarray | None = None
 
     @classmethod
     def from_pretrained(cls, model: str | Path | None, index: str | Path, dense_model=None, fusion: Fusion | None = None,
@@ -131,12 +135,8 @@ class HybridSearcher:
 
     @property
     def id_order(self) -> np.ndarray:
-        """Each doc number's place in external-id order (made once, at the first search)."""
-        if self._id_order is None:
-            order = np.empty(len(self.docids), np.int64)
-            order[np.argsort(self.docids, kind="stable")] = np.arange(len(self.docids))
-            self._id_order = order
-        return self._id_order
+        """Each doc number's place in external-id order: the index's own (``LuceneIndex.id_rank``)."""
+        return self.dense.index.id_rank
 
     def depth(self, k: int) -> int:
         return max(self.fusion.depth, check("k", k))
@@ -157,9 +157,12 @@ class HybridSearcher:
         return self.hits(self.search_arrays(query, k))
 
     def batch_search_arrays(self, queries: list[str], k: int = 1000, threads: int = 1,
-                            desc: str | None = None) -> list[TopK]:
+                            desc: str | None = None, term_lists: list[dict[str, float]] | None = None) -> list[TopK]:
+        """``term_lists``: the sparse model's own term lists of ``queries`` (``AugmentedSearcher.term_lists``),
+        when the caller wrote them already: searched as they are, not encoded again."""
         depth = self.depth(k)
-        sparse = self.sparse.batch_search_arrays(queries, depth, threads, desc)
+        sparse = self.sparse.batch_search_arrays(queries, depth, threads, desc) if term_lists is None else \
+            self.sparse.batch_search_terms_arrays(term_lists, depth, threads, desc)
         dense = self.dense.batch_search_arrays(queries, depth, threads, desc and f"{desc} (dense)")
         return [fuse(s, d, k, self.fusion, self.id_order) for s, d in zip(sparse, dense)]
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from bm25aug.errors import UserError
 from bm25aug.limits import JAVA_INT_MAX, MAX_CLAUSES, MAX_QUERY_CHARS, RUNTIMES, check_choice
 from bm25aug.bm25_defaults import B, K1
-from bm25aug.search.hybrid import DEFAULT_FUSION, Fusion
+from bm25aug.search.hybrid import DEFAULT_FUSION, Fusion, refuse_rrf_weight
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # an index name is one URL path segment
 ENTRY_KEYS = ("index", "model", "dense")  # what an entry of a config file's ``indexes`` may hold
@@ -86,9 +86,7 @@ class ServeConfig:
         if fusion != default and not any(spec.dense for spec in self.indexes):
             raise UserError("fusion settings are for indexes served with --dense (methods dense and hybrid), and none "
                             "is; fix: add --dense NAME=MODEL, or drop the fusion settings")
-        if self.fusion == "rrf" and self.fusion_weight != DEFAULT_FUSION.weight:
-            raise UserError("a fusion weight is interpolation's, and rrf weighs the two lists alike; fix: drop "
-                            "fusion_weight, or use interpolation")
+        refuse_rrf_weight(self.fusion, self.fusion_weight != DEFAULT_FUSION.weight)
         for name, low, high in (("port", 0, 65535), ("max_hits", 1, JAVA_INT_MAX), ("max_batch", 1, 4096),
                                 ("max_queue", 1, 1_000_000), ("workers", 1, 64), ("threads", 1, 1024),
                                 ("max_query_chars", 1, MAX_QUERY_CHARS), ("doc_cache", 0, 100_000_000),
