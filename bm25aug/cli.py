@@ -71,6 +71,7 @@ def _index_parser(sub) -> None:
 
 
 def _cluster_parser(sub) -> None:
+    from bm25aug.opensearch.launcher import DEFAULT, ENGINES
     from bm25aug.opensearch.local import HEAP, NODES
 
     p = sub.add_parser("cluster", help="start, check, stop or delete a local OpenSearch cluster (docs/scale-out.md)")
@@ -79,6 +80,9 @@ def _cluster_parser(sub) -> None:
     p.add_argument("--nodes", type=int, help=f"with start: nodes, each its own JVM (default {NODES}; a cluster "
                                              f"started before keeps its own)")
     p.add_argument("--heap", help=f"with start: each node's Java heap (default {HEAP}, or the cluster's own)")
+    engines = ", ".join(f"{version} (Java {engine.java_text()})" for version, engine in ENGINES.items())
+    p.add_argument("--opensearch", metavar="VERSION", help=f"with start: a new cluster's OpenSearch, one of {engines} "
+                   f"(default {DEFAULT}; 3.x scores exactly as Lucene); a cluster started before keeps its own")
     p.add_argument("--root", help="the cluster's folder (default: $BM25AUG_CLUSTER_ROOT, else bm25aug's cache)")
 
 

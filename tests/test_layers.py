@@ -190,21 +190,33 @@ def _members(cls) -> dict[str, object]:
     return {name: member for name, member in vars(cls).items() if not name.startswith("_")}
 
 
-def test_every_index_satisfies_the_index_protocol():
-    """Both backends have every method of ``bm25aug.backend.Index``, with the same parameters
-    (read from the classes, so no index is opened); attributes are set in ``__init__``."""
-    from bm25aug.backend import Index
-    from bm25aug.lucene.reader import LuceneIndex
-    from bm25aug.opensearch.index import OpenSearchIndex
-
-    wanted = {n: m for n, m in _members(Index).items() if callable(m)}
-    attributes = set(getattr(Index, "__annotations__", {}))
-    for cls in (LuceneIndex, OpenSearchIndex):
+def _assert_satisfies(protocol, classes) -> None:
+    """Each class has every method of ``protocol``, with the same parameters (read from the classes,
+    so nothing is opened); attributes are set in ``__init__`` or on the class."""
+    wanted = {n: m for n, m in _members(protocol).items() if callable(m)}
+    attributes = set(getattr(protocol, "__annotations__", {}))
+    for cls in classes:
         init = inspect.getsource(cls.__init__)
         missing = [n for n in wanted if not hasattr(cls, n)] + [
             a for a in attributes if not hasattr(cls, a) and f"self.{a}" not in init]
         assert missing == [], f"{cls.__name__} lacks {missing}"
         for name, member in wanted.items():
-            if callable(member):
-                want = list(inspect.signature(member).parameters)
-                assert list(inspect.signature(getattr(cls, name)).parameters) == want, (cls.__name__, name)
+            want = list(inspect.signature(member).parameters)
+            assert list(inspect.signature(getattr(cls, name)).parameters) == want, (cls.__name__, name)
+
+
+def test_every_index_satisfies_the_index_protocol():
+    """Both backends have every method of ``bm25aug.backend.Index``."""
+    from bm25aug.backend import Index
+    from bm25aug.lucene.reader import LuceneIndex
+    from bm25aug.opensearch.index import OpenSearchIndex
+
+    _assert_satisfies(Index, (LuceneIndex, OpenSearchIndex))
+
+
+def test_both_cluster_index_layouts_satisfy_the_layout_protocol():
+    """An index bm25aug made and a user's own (``?field=``) are searched through one ``Layout``."""
+    from bm25aug.opensearch.layout import Layout, OwnLayout
+    from bm25aug.opensearch.user_index import UserLayout
+
+    _assert_satisfies(Layout, (OwnLayout, UserLayout))

@@ -3,7 +3,12 @@ and removes (probe round five, issue 57: O4, O5, O7, O18-O20, I14, I22, S4): no 
 result window, an index made again under a searcher (and under the server: a 503, and /health says
 why), a bounded document-frequency cache, damaged and foreign indexes, a silent node first in the
 URL, and the whole cluster gone. The client's promises without a cluster are in
-``test_reliability_five_client``, whose fake servers this file borrows."""
+``test_reliability_five_client``, whose fake servers this file borrows.
+
+The cluster runs OpenSearch 2.19 (``--opensearch 2.19.6``, issue 60 item 4), the engine users of 2.x
+run, while ``test_cluster`` runs the default 3.x: SciFact scores here as in our process to float32
+rounding (2.x's BM25 is (1 + k1) times Lucene's, divided back), and the cluster's recorded version
+is the one a later start runs, another refused."""
 
 from __future__ import annotations
 
@@ -17,21 +22,27 @@ import threading
 import time
 
 import httpx
+import numpy as np
 import pytest
 
+from bm25aug.bm25_defaults import K1
 from bm25aug.data.registry import load_dataset
 from bm25aug.errors import Unavailable, UserError
 from bm25aug.lucene.index import ensure_index
 from bm25aug.opensearch import local, nodes
+from bm25aug.opensearch.launcher import ENGINES
 from bm25aug.opensearch.identity import RECHECK_S, IndexChanged
 from bm25aug.opensearch.index import OpenSearchIndex
 from bm25aug.opensearch.ingest import ingest
 from bm25aug.opensearch.schema import index_body
 from bm25aug.search.bm25 import BM25Searcher
 from conftest import write_beir
+from cluster_parity import assert_unrounded_parity, unrounded_tops
+from test_cluster import _assert_parity
 from test_reliability_five_client import ENV, RECORD, _client, _one_line, _timed, fakes, plain_environment  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.realdata
+ENGINE_2 = next(version for version in ENGINES if version.startswith("2."))  # 2.19.6
 
 @pytest.fixture(scope="module")
 def corpora(tmp_path_factory, data_dir):
@@ -51,7 +62,7 @@ def corpora(tmp_path_factory, data_dir):
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, data_dir):
     root = tmp_path_factory.mktemp("client-cluster") / "root"
-    state = local.start(2, root)
+    state = local.start(2, root, opensearch=ENGINE_2)
     try:  # every node in, a manager elected, before the first ingest (this machine's 2 cores are shared)
         _client(state["url"]).request("GET", "/_cluster/health", params={"wait_for_nodes": "2", "timeout": "60s"})
         yield state
@@ -196,9 +207,11 @@ def test_damaged_foreign_unfinished_and_long_name_a_fix_that_works(cluster, wind
     assert done.returncode == 2 and done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1
     with pytest.raises(UserError) as foreign:
         BM25Searcher(_forge(cluster, "precious", None, docs=1))
-    message = _one_line(foreign.value, "bm25aug searches only indexes it made", "fix: index the corpus into another "
-                        f"index name, `bm25aug index --dataset NAME --to {cluster['url']}/NEWNAME`")
-    assert "resume" not in message
+    message = _one_line(foreign.value, "was not made by bm25aug", "fix: search it as it is, read-only",
+                        f"{cluster['url']}/precious?field=NAME",
+                        f"`bm25aug index --dataset NAME --to {cluster['url']}/NEWNAME`")
+    assert "resume" not in message and "--force" not in message
+
     url = _forge(cluster, "unfinished", {**RECORD, "state": "ingesting", "next": 4})
     with pytest.raises(UserError) as unfinished:
         BM25Searcher(url)
@@ -265,6 +278,33 @@ def test_the_server_answers_503_once_its_index_is_made_again(cluster, corpora):
         service.close()
 
 
+# ------------------------------------------- issue 60 item 4: OpenSearch 2.19 scores as in-process
+@pytest.mark.realdata
+def test_bm25_flat_and_augmented_on_opensearch_2_score_as_in_process(cluster, scifact):
+    """SciFact's 300 test queries, bm25-flat and the packaged model's term lists, through 2 shards
+    (dfs_query_then_fetch) on 2.19: the same top 10 (rounded ties aside), Anserini's scores within
+    its rounding, Lucene's own within float32 rounding of (1 + k1) divided back."""
+    from bm25aug.search.augmented import AugmentedSearcher
+
+    url = f"{cluster['url']}/scifact"
+    ingest(scifact, url, force=True)
+    flat = ensure_index(scifact, "flat")
+    queries = list(scifact.split("test").queries.values())
+    mine, theirs = AugmentedSearcher.from_pretrained("general", flat), AugmentedSearcher.from_pretrained("general", url)
+    assert theirs.bm25.index.scale == np.float32(1) + np.float32(K1)  # LegacyBM25Similarity's (1 + k1)
+    lists = mine.term_lists(queries)
+    assert theirs.term_lists(queries) == lists and len(lists) == 300
+    here, there = mine.bm25.index, theirs.bm25.index
+    _assert_parity(mine.bm25, theirs.bm25, mine.bm25.batch_search_arrays(queries, 100),
+                   theirs.bm25.batch_search_arrays(queries, 100, threads=2))
+    _assert_parity(mine, theirs, mine.batch_search_terms_arrays(lists, 100),
+                   theirs.batch_search_terms_arrays(lists, 100, threads=2))
+    flat_items = [(here.analyzed_query(q), there.analyzed_query(q)) for q in queries]
+    term_items = [(here.weighted_query(terms), there.terms_element(terms)) for terms in lists]
+    for items in (flat_items, term_items):
+        assert_unrounded_parity(unrounded_tops(here, there, items), exact=False)
+
+
 # --------------------------------------------------- O18, last: the whole cluster gone under a searcher
 @pytest.mark.realdata
 def test_a_cluster_that_is_gone_is_unavailable(cluster, windowed):
@@ -276,3 +316,22 @@ def test_a_cluster_that_is_gone_is_unavailable(cluster, windowed):
         with pytest.raises(Unavailable) as down:
             call()
         assert str(down.value).startswith("no node of the cluster answered") and "\n" not in str(down.value)
+
+
+# ------------------------------- issue 60 item 4, after the cluster is gone: its recorded version
+@pytest.mark.realdata
+def test_start_runs_the_recorded_version_and_refuses_another(cluster):
+    """With every node down, `start` on the folder with another --opensearch is one line and starts
+    nothing; without it, the nodes come back on the version the record names."""
+    root = cluster["root"]
+    other = next(version for version in ENGINES if version != ENGINE_2)
+    done = subprocess.run([sys.executable, "-m", "bm25aug.cli", "cluster", "start", "--root", root, "--opensearch",
+                           other], env=ENV, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"runs OpenSearch {ENGINE_2}" in done.stderr and f"not {other}; fix: start it without --opensearch" in \
+        done.stderr
+    assert not any(node["running"] for node in local.status(root)["nodes"])
+    state = local.start(root=root)
+    cluster.update(state)  # the fixture's teardown stops these nodes
+    assert state["opensearch"] == ENGINE_2 and state["started_again"] == ["node-1", "node-2"]
+    assert _client(state["url"]).request("GET", "/")["version"]["number"] == ENGINE_2

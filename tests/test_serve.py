@@ -321,6 +321,8 @@ def test_index_and_model_flags():
     specs = index_specs(["a=/x/a", "/y/b.flat"], ["a=/m"])
     assert specs == [IndexSpec("a", "/x/a", "/m"), IndexSpec("b.flat", "/y/b.flat", None)]
     assert index_specs(["/x/a"], ["/m"]) == [IndexSpec("a", "/x/a", "/m")]
+    url = "http://127.0.0.1:9200,127.0.0.1:9201/theirs?field=body"  # a bare URL: its `=` is its own, its name its index's
+    assert index_specs([url, f"x={url}"], None) == [IndexSpec("theirs", url, None), IndexSpec("x", url, None)]
     for indexes, models, says in ((["bad name=/x"], None, "NAME=PATH"), (["a=/x"], ["b=/m"], "no --index"),
                                   (["a=/x", "b=/y"], ["/m"], "names no index"), (["a="], None, "NAME=PATH")):
         with pytest.raises(UserError, match=says):

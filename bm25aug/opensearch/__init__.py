@@ -9,7 +9,10 @@
 * ``index``: ``OpenSearchIndex``, what ``BM25Searcher`` searches when ``--index`` is a URL
   (``identity``: that it stays the index it opened; ``window``: how deep a search goes within the
   result window; ``answers``: reading the cluster's answers, an odd shape as one line);
+* ``layout``: the ``Layout`` protocol, what differs between an index bm25aug made (``OwnLayout``)
+  and a user's own searched read-only with ``?field=NAME`` (``user_index.UserLayout``, whose
+  analyzer ``field_analysis`` checks through the cluster's ``_analyze``);
 * ``local``: ``bm25aug cluster start|status|stop|delete``, a real cluster on this machine
-  (``launcher``: the JDK and the jars; ``cluster_folder``: its folder and record; ``node_settings``:
-  a node's ports and settings).
+  (``launcher``: the engine versions, the JDK each runs on and their jars; ``cluster_folder``: its
+  folder and record; ``node_settings``: a node's ports and settings).
 """

@@ -2,7 +2,8 @@
 ``OpenSearch`` client, its errors as one line that names the request and the fix.
 
 A cluster URL names its nodes and, after a slash, an index: ``http://127.0.0.1:9200,127.0.0.1:9201/scifact``
-(``https://`` for TLS). A query string may set ``stats=local`` (``bm25aug.opensearch.index``).
+(``https://`` for TLS). A query string may set ``stats=local`` (``bm25aug.opensearch.index``) and
+``field=NAME``, which names a text field of an index of the user's own (``bm25aug.opensearch.user_index``).
 Credentials never go in the URL (one holding ``@`` is refused without echoing it): they come from
 the environment (``transport``, which builds the client of a URL: timeouts, TLS, failover).
 

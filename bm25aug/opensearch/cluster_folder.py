@@ -7,6 +7,10 @@ made for (``root``) and each node's home inside that folder (``<root>/<name>``).
 cluster only with such a record; one without it (a ``cluster.json`` of someone else's, a user's
 files) is refused in one line and nothing in it is read further, changed or removed. A missing or
 empty folder holds no cluster. ``lock`` keeps two commands from working on one folder at once.
+
+The record names the OpenSearch version its nodes run (``opensearch``: chosen when the cluster was
+made, kept for its life, as its data is that version's); a record written before versions were
+recorded ran ``UNRECORDED``, which ``read`` fills in.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from bm25aug.io import CACHE_ROOT, atomic_write_text, clean_stale, digest
 
 RECORD = "bm25aug-cluster.json"
 FORMAT = 1
-FIELDS = ("bm25aug_cluster", "root", "url", "java", "build", "heap", "nodes")  # what the record holds
+FIELDS = ("bm25aug_cluster", "root", "url", "opensearch", "java", "build", "heap", "nodes")  # what the record holds
+UNRECORDED = "2.19.6"  # the version of a cluster whose record names none (the only one before 3.x)
 NODE_FIELDS = ("name", "http", "transport", "home", "pid")
 NODE_NAME = re.compile(r"node-[1-9][0-9]{0,3}")
 HEAP_SIZE = re.compile(r"[1-9][0-9]*[kKmMgGtT]?")  # what java's -Xms/-Xmx take
@@ -44,8 +49,9 @@ def foreign(root: Path, why: str) -> UserError:
 
 
 def read(root: Path) -> dict | None:
-    """The cluster recorded in ``root``; None when ``root`` is missing or empty; an error for a file
-    or for a folder that holds anything else (no record, or one bm25aug did not write)."""
+    """The cluster recorded in ``root`` (its ``opensearch`` version filled in when the record has
+    none); None when ``root`` is missing or empty; an error for a file or for a folder that holds
+    anything else (no record, or one bm25aug did not write)."""
     if not root.exists():
         return None
     if not root.is_dir():
@@ -62,6 +68,7 @@ def read(root: Path) -> dict | None:
         _check(root, state)
     except (OSError, UnicodeDecodeError, ValueError) as e:  # (json's errors are ValueErrors)
         raise foreign(root, f"its {RECORD} is not bm25aug's: {' '.join(str(e).split())[:160]}") from None
+    state.setdefault("opensearch", UNRECORDED)
     return state
 
 
@@ -84,13 +91,15 @@ def _check(root: Path, state) -> None:
         raise ValueError("two nodes share a name")
     if not all(isinstance(state.get(k), str) for k in ("url", "java", "build", "heap")):
         raise ValueError("no url, java, build or heap")
+    if not isinstance(state.get("opensearch", UNRECORDED), str):
+        raise ValueError("its opensearch version is not a string")
     if not HEAP_SIZE.fullmatch(state["heap"]):
         raise ValueError(f"heap {state['heap']!r} is not a Java heap size")
 
 
-def new(root: Path, url: str, java: str, build: str, heap: str, nodes: list[dict]) -> dict:
-    return {"bm25aug_cluster": FORMAT, "root": str(root), "url": url, "java": java, "build": build, "heap": heap,
-            "nodes": nodes}
+def new(root: Path, url: str, opensearch: str, java: str, build: str, heap: str, nodes: list[dict]) -> dict:
+    return {"bm25aug_cluster": FORMAT, "root": str(root), "url": url, "opensearch": opensearch, "java": java,
+            "build": build, "heap": heap, "nodes": nodes}
 
 
 def write(root: Path, state: dict) -> None:

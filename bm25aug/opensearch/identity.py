@@ -14,8 +14,8 @@
   ``RECHECK_S`` after the opened index was deleted, from an index made and filled again within
   that time (an ingest makes nothing searchable before its end); none is used once a check has
   seen the change.
-* ``engine_scale`` and ``clause_limit``: what the engine multiplies Lucene's BM25 by, and the
-  cluster's clause limit, read once at opening.
+* ``engine_scale`` (``term_scale``: for a term of any field) and ``clause_limit``: what the engine
+  multiplies Lucene's BM25 by, and the cluster's clause limit, read once at opening.
 * Both read the answering node's own copy of the cluster's state (``local``), as a search does:
   no round trip to the cluster manager, so searches go on while the cluster has none.
 """
@@ -32,6 +32,7 @@ from bm25aug.opensearch.answers import boost, shaped
 from bm25aug.opensearch.client import Client
 from bm25aug.opensearch.schema import DEFAULT_CLAUSE_LIMIT, FIELD, record_of, score_scale
 
+_BM25_SCORE = "computed as boost * idf * tf"  # Lucene's BM25 explanation of a term's score
 RECHECK_S = 1.0  # an answer is used unchecked only this soon after a check found the index unchanged
 MAX_WINDOW = 10_000  # OpenSearch's default index.max_result_window, when the index does not say
 _OPEN_KEEP = ("*.mappings,*.settings.index.uuid,*.settings.index.max_result_window,"
@@ -69,19 +70,41 @@ def identify(client: Client, name: str, where: str) -> tuple[dict, str, dict, in
 def engine_scale(client: Client, name: str, k1: float) -> np.float32:
     """What the engine's BM25 multiplies Lucene's by, read off its explanation of one term's score
     (the boost it scores with, for a boost of 1): OpenSearch 2.x's LegacyBM25Similarity gives
-    (1 + k1), a plain BM25Similarity 1. ``schema.score_scale`` when nothing is indexed."""
+    (1 + k1), a plain BM25Similarity (OpenSearch 3.x) 1, which Lucene leaves out of the explanation.
+    ``version_scale`` when nothing is indexed to read it off."""
     hit = client.request("POST", f"/{name}/_search", {"size": 1, "_source": [FIELD]})["hits"]["hits"]
     if not hit:
-        return score_scale(k1)
+        return version_scale(client, k1)
     from bm25aug.lucene.analysis import analyze
 
     terms = analyze(hit[0]["_source"].get(FIELD, ""))
-    if not terms:
-        return score_scale(k1)
-    body = {"size": 1, "explain": True, "query": {"term": {FIELD: terms[0]}}}
+    return term_scale(client, name, FIELD, terms[0], k1) if terms else version_scale(client, k1)
+
+
+def version_scale(client: Client, k1: float) -> np.float32:
+    """The factor the engine's version scores with by default: 1 on OpenSearch 3.x and later
+    (``BM25Similarity``), (1 + k1) before (``LegacyBM25Similarity``, ``schema.score_scale``)."""
+    number = str(client.request("GET", "/").get("version", {}).get("number", "0"))
+    major = number.split(".", 1)[0]
+    return np.float32(1) if major.isdigit() and int(major) >= 3 else score_scale(k1)
+
+
+def term_scale(client: Client, name: str, field: str, term: str, k1: float) -> np.float32:
+    """``engine_scale`` read off the explanation of ``term``'s score in ``field``."""
+    body = {"size": 1, "explain": True, "query": {"term": {field: term}}}
     explained = client.request("POST", f"/{name}/_search", body)["hits"]["hits"]
-    factor = boost(explained[0]["_explanation"]) if explained else None
-    return np.float32(factor) if factor else score_scale(k1)
+    if not explained:
+        return version_scale(client, k1)
+    factor = boost(explained[0]["_explanation"])
+    if factor is None and _bm25_scored(explained[0]["_explanation"]):
+        return np.float32(1)  # a BM25 score whose boost is 1: Lucene lists a boost only when it is not
+    return np.float32(factor) if factor else version_scale(client, k1)
+
+
+def _bm25_scored(explanation: dict) -> bool:
+    """Whether the explanation tree holds Lucene's BM25 score of a term."""
+    return _BM25_SCORE in str(explanation.get("description", "")) or \
+        any(_bm25_scored(detail) for detail in explanation.get("details", []))
 
 
 def clause_limit(client: Client) -> int:

@@ -29,6 +29,8 @@ one in our process, so that ``BM25Searcher`` and ``AugmentedSearcher`` take eith
   ``indices.query.bool.max_clause_count`` is refused before it is sent, with the limit and the fix.
 * **Document frequencies** are cached per term, at most ``DF_ENTRIES`` terms (``bm25aug.cache.LRU``):
   a flood of new words costs one ``_msearch`` per call and never more memory.
+* **Which index.** One ``bm25aug index --to`` made, or one of the user's own named with ``?field=NAME``,
+  searched read-only once its analyzer is shown to give the flat index's terms (``layout``).
 """
 
 from __future__ import annotations
@@ -45,21 +47,16 @@ import numpy as np
 from bm25aug.cache import DF_ENTRIES, LRU
 from bm25aug.errors import UserError
 from bm25aug.limits import check
-from bm25aug.index_meta import IndexRecord
 from bm25aug.backend import ANALYZED, TERMS
 from bm25aug.bm25_defaults import B, FIELD, K1
 from bm25aug.ranking import EMPTY, TopK, anserini_scores
 from bm25aug.opensearch.answers import checked, error_kind, responses, shaped
 from bm25aug.opensearch.client import Client, ClusterError, ClusterURL
-from bm25aug.opensearch.identity import (RECHECK_S, IndexChanged, Watch, clause_limit,  # noqa: F401 (exported)
-                                         engine_scale, identify)
+from bm25aug.opensearch.identity import RECHECK_S, IndexChanged, Watch, clause_limit, identify  # noqa: F401
+from bm25aug.opensearch.layout import open_layout
 from bm25aug.opensearch.retry import retrying
-from bm25aug.opensearch.schema import COMPLETE, ID_FIELD
 from bm25aug.opensearch.window import after_tie, complete, deeper, depth, tie_past_window
 
-# What an answer is read for (filter_path): the rest (each hit's index name and _id, totals) is not
-# sent, so a k=1000 answer is shorter to write, send and decode.
-_KEEP = "took,timed_out,_shards,error,status,hits.hits._score,hits.hits.fields"
 _STATS = {"exact": "dfs_query_then_fetch", "local": "query_then_fetch"}
 
 
@@ -75,8 +72,9 @@ class SearchRequest:
 
 class OpenSearchIndex:
     """A complete bm25aug index on a cluster (``url``: ``http://HOST:PORT[,...]/INDEX[?stats=local]``),
-    with BM25's ``k1`` and ``b`` the index was made with. ``client``: an ``opensearchpy.OpenSearch``
-    the user built, used as it is; ``url`` is then the index's name (``INDEX[?stats=local]``)."""
+    or with ``&field=NAME`` (``?field=NAME``) an index of the user's own, read-only, with BM25's ``k1``
+    and ``b`` the index scores with. ``client``: an ``opensearchpy.OpenSearch`` the user built, used as
+    it is; ``url`` is then the index's name and options (``INDEX[?stats=local][&field=NAME]``)."""
 
     def __init__(self, url: str, k1: float = K1, b: float = B, fields: dict[str, float] | None = None,
                  df_entries: int = DF_ENTRIES, client=None):
@@ -84,25 +82,22 @@ class OpenSearchIndex:
         self.url = self.client.url
         self.path = str(self.url)  # how messages name the index (never the text given: no credentials)
         options = dict(self.url.options)
-        stats = options.pop("stats", "exact")
-        if stats not in _STATS or options:
-            raise UserError(f"{self.path}: the only option a cluster URL takes is stats=exact (default) or "
-                            f"stats=local; fix: drop the others")
+        stats, field = options.pop("stats", "exact"), options.pop("field", None)
+        if stats not in _STATS or options or field == "":
+            raise UserError(f"{self.path}: a cluster URL takes only the options stats=exact (default) or stats=local, "
+                            f"and field=NAME (an index of your own, searched read-only); fix: drop the others")
         if fields:
             raise UserError(f"field weights {fields!r} were given for {self.path}, a flat index with one field; fix: "
                             f"drop them")
         self.search_type, self.fields = _STATS[stats], None
         name = self.url.index
         mapping, uuid, self.record, self.window = identify(self.client, name, self.path)
-        self._searchable(mapping)
+        self.layout = open_layout(self.client, name, self.url, mapping, self.record, field)
         self.check_bm25(k1, b)
         self.num_docs = shaped(self.path, f"GET /{name}/_count",
                                lambda: int(self.client.request("GET", f"/{name}/_count")["count"]))
-        self.scale = shaped(self.path, f"a search of /{name}",
-                            lambda: engine_scale(self.client, name, float(self.record["k1"])))
-        self.meta = IndexRecord("flat", self.record.get("dataset", name), self.num_docs,
-                              corpus_fingerprint=self.record.get("fingerprint", ""),
-                              anserini=f"OpenSearch index {name}, {self.record.get('shards')} shards")
+        self.scale = shaped(self.path, f"a search of /{name}", lambda: self.layout.scale(self.client, name))
+        self.meta = self.layout.meta(name, self.num_docs)
         self.clause_limit = shaped(self.path, "GET /_nodes/settings", lambda: clause_limit(self.client))
         self.watch = Watch(self.client, name, self.path, uuid, self.record)
         self.watch.check()  # what was read above was all of the index identified first
@@ -112,24 +107,6 @@ class OpenSearchIndex:
         self._df = LRU(df_entries)  # document frequency of each term asked lately
         self._pools: dict[int, ThreadPoolExecutor] = {}
 
-    def _searchable(self, mapping: dict) -> None:
-        """Refuse an index bm25aug did not make, one whose ingest has not finished, one from before
-        ``ID_FIELD``."""
-        if not self.record:
-            raise UserError(f"{self.path} was not made by bm25aug (its mapping has no _meta.bm25aug record), and "
-                            f"bm25aug searches only indexes it made; fix: index the corpus into another index name, "
-                            f"`bm25aug index --dataset NAME --to {self.url.scheme}://{self.url.nodes}/NEWNAME`")
-        properties = mapping.get("properties") if isinstance(mapping, dict) else None
-        if not isinstance(properties, dict) or ID_FIELD not in properties:
-            raise UserError(f"{self.path} was made by an older bm25aug (no {ID_FIELD!r} field to read hits' ids from); "
-                            f"fix: index it again with `bm25aug index --dataset NAME --to {self.path} --force`")
-        if self.record["state"] != COMPLETE:
-            dataset = self.record.get("dataset", "NAME")
-            raise UserError(f"{self.path} cannot be searched: its ingest has not finished (at document "
-                            f"{self.record.get('next', 0):,} of {dataset}'s corpus); fix: run the command that "
-                            f"started it again (`bm25aug index --dataset {dataset} --to {self.path}`, same options) to "
-                            f"resume it")
-
     @classmethod
     def from_client(cls, client, index: str, k1: float = K1, b: float = B,
                     df_entries: int = DF_ENTRIES) -> "OpenSearchIndex":
@@ -138,12 +115,8 @@ class OpenSearchIndex:
         return cls(index, k1, b, df_entries=df_entries, client=client)
 
     def check_bm25(self, k1: float, b: float) -> None:
-        """That ``k1`` and ``b`` are the ones the index was made with (on a cluster they are its own)."""
-        made = (float(self.record["k1"]), float(self.record["b"]))
-        if (np.float32(k1), np.float32(b)) != tuple(map(np.float32, made)):
-            raise UserError(f"{self.path} was made with BM25 k1={made[0]} b={made[1]}, and on a cluster they are the "
-                            f"index's own; fix: pass --k1 {made[0]} --b {made[1]}, or index again with --k1 {k1} "
-                            f"--b {b} --force")
+        """That ``k1`` and ``b`` are the ones the index scores with (on a cluster they are its own)."""
+        self.layout.check_bm25(k1, b)
 
     def __str__(self) -> str:
         return self.path
@@ -175,7 +148,7 @@ class OpenSearchIndex:
         for term in terms:
             if (df := self._df.get(term)) is not None:
                 found[term] = df
-        missing = sorted({t for t in terms if t not in found})
+        missing, field = sorted({t for t in terms if t not in found}), self.layout.field if field == FIELD else field
         header = {"index": self.url.index, "search_type": "query_then_fetch", "allow_partial_search_results": False}
         for at in range(0, len(missing), 256):  # one term query a search, counted, no hits fetched
             part = missing[at:at + 256]
@@ -192,19 +165,15 @@ class OpenSearchIndex:
         return {t: found[t] for t in terms}
 
     def verify(self, dataset) -> None:
-        """That this index holds ``dataset``'s very corpus (its record's fingerprint), as
-        ``bm25aug.lucene.index.verify_index`` checks an index folder."""
-        from bm25aug.data.registry import corpus_fingerprint
-
-        if self.record.get("fingerprint") != corpus_fingerprint(dataset):
-            raise UserError(f"{self.path} holds {self.record.get('dataset')}'s corpus, not {dataset.name}'s as it is "
-                            f"now; fix: `bm25aug index --dataset {dataset.name} --to URL` into another index, or "
-                            f"search the right one")
+        """That this index holds ``dataset``'s very corpus, as ``bm25aug.lucene.index.verify_index``
+        checks an index folder (``Layout.verify``)."""
+        self.layout.verify(dataset, self)
 
     def _mget(self, ids: list[str]) -> list[str | None]:
         """Each document's stored contents (None: no such document)."""
-        found = self._ask("POST", f"/{self.url.index}/_mget", {"ids": list(ids)}).get("docs", [])
-        return [d.get("_source", {}).get(FIELD) if d.get("found") else None for d in found]
+        answer = self._ask("POST", f"/{self.url.index}/_mget", {"ids": list(ids)},
+                           params={"_source": ",".join(self.layout.source)})
+        return [self.layout.contents(d) for d in answer.get("docs", [])]
 
     def doc_numbers(self, ids: list[str]) -> np.ndarray:
         """This object's number of each external id the index holds (-1: none)."""
@@ -253,6 +222,10 @@ class OpenSearchIndex:
     def analyzed_query(self, text: str) -> list | None:
         """Pyserini's default query: the English analyzer's terms (analyzed here, as in-process),
         boosted by count."""
+        self.layout.check_texts([text])
+        return self._analyzed(text)
+
+    def _analyzed(self, text: str) -> list | None:
         from bm25aug.lucene.analysis import analyze
 
         return self._pairs({t: float(c) for t, c in Counter(analyze(text)).items()}, "the query",
@@ -269,13 +242,13 @@ class OpenSearchIndex:
         return self._request(self._body(pairs, self.depth(k)))
 
     def _request(self, body: dict) -> SearchRequest:
-        params = {"search_type": self.search_type, "allow_partial_search_results": "false", "filter_path": _KEEP}
+        params = {"search_type": self.search_type, "allow_partial_search_results": "false",
+                  "filter_path": self.layout.keep}
         return SearchRequest("POST", f"/{self.url.index}/_search", params, body)
 
     def _body(self, pairs: list, n: int) -> dict:
-        clauses = [{"term": {FIELD: {"value": t, "boost": w}}} for t, w in pairs]
-        return {"size": n, "stored_fields": "_none_", "docvalue_fields": [ID_FIELD], "track_total_hits": False,
-                "query": {"bool": {"should": clauses}}}
+        clauses = [{"term": {self.layout.field: {"value": t, "boost": w}}} for t, w in pairs]
+        return {"size": n, **self.layout.fetch, "track_total_hits": False, "query": {"bool": {"should": clauses}}}
 
     def _search_once(self, body: dict) -> dict:
         request = self._request(body)
@@ -307,7 +280,7 @@ class OpenSearchIndex:
         """The hits' ids, their scores as Lucene's (float32) and as the cluster's (for ``search_after``)."""
         hits = answer.get("hits", {}).get("hits", [])  # filter_path leaves no "hits" when there are none
         raw = [h["_score"] for h in hits]
-        return [h["fields"][ID_FIELD][0] for h in hits], np.asarray(raw, np.float32) / self.scale, raw
+        return [self.layout.hit_id(h) for h in hits], np.asarray(raw, np.float32) / self.scale, raw
 
     def depth(self, k: int) -> int:
         """Hits to ask for (``window.depth``: a k past the result window is refused, never cut)."""
@@ -320,6 +293,7 @@ class OpenSearchIndex:
             ids, scores, raw = self._hits(self._search_once(self._body(pairs, n)))
         if tie_past_window(scores, n, k, self.num_docs, self.window):
             body, above = after_tie(self._body(pairs, n), scores, raw, k)
+            body["sort"] = [{"_score": "desc"}, {self.layout.sort_id: "asc"}]  # (ID_FIELD, or the user's _id)
             tied_ids, tied, _ = self._hits(self._search_once(body))
             ids, scores = [i for i, a in zip(ids, above) if a] + tied_ids, np.concatenate([scores[above], tied])
         order = np.lexsort((np.asarray(ids, dtype=object).astype(str), -scores))[:k] if ids else np.zeros(0, np.int64)
@@ -341,7 +315,7 @@ class OpenSearchIndex:
         header = {"index": self.url.index, "search_type": self.search_type, "allow_partial_search_results": False}
         for pairs in items:
             lines += [header, self._body(pairs, n)]
-        keep = {"filter_path": ",".join(f"responses.{part}" for part in _KEEP.split(","))}
+        keep = {"filter_path": ",".join(f"responses.{part}" for part in self.layout.keep.split(","))}
         answer = retrying(lambda: self._ask("POST", "/_msearch", lines, search=True, ndjson=True, params=keep))
         answers = responses(answer, len(items), self.path)
         for i, response in enumerate(answers):
@@ -358,7 +332,9 @@ class OpenSearchIndex:
             if threads not in self._pools:
                 self._pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix=f"opensearch-{threads}")
             pool = self._pools[threads]
-        items = [self.query(kind, t) for t in texts]
+        if kind == ANALYZED:  # the user's own index: every text's analysis checked, in batches
+            self.layout.check_texts(texts)
+        items = [self._analyzed(t) if kind == ANALYZED else t for t in texts]
         return _Pending(pool.submit(self._search_items, items, k))
 
     def _search_items(self, items: list, k: int) -> list[TopK]:

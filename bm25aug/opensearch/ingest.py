@@ -104,9 +104,12 @@ def _open(client: Client, index: str, record: dict, force: bool, size: int) -> d
         if not force:
             if old.get("state") == INGESTING and {k: old.get(k) for k in SAME} == {k: record[k] for k in SAME}:
                 return _resumed(old, record, where, size)
-            what = (f"holds {old.get('dataset')}'s corpus ({old.get('state')})" if old else "is not one bm25aug made")
-            raise UserError(f"index {index} exists on the cluster and {what}; fix: pass --force to replace it, or "
-                            f"name another index in the URL")
+            if not old:  # someone else's: never suggest deleting it
+                raise UserError(f"index {index} exists on the cluster and is not one bm25aug made; fix: search it as "
+                                f"it is, read-only (`--index URL?field=NAME`, NAME its text field), or name another "
+                                f"index in the URL")
+            raise UserError(f"index {index} exists on the cluster and holds {old.get('dataset')}'s corpus "
+                            f"({old.get('state')}); fix: pass --force to replace it, or name another index in the URL")
         log.warning("--force: deleting index %s (%s) to make it again", index, _held(client, index, old))
         client.request("DELETE", f"/{index}", ok=(404,))  # (404: a try the client sent again had deleted it)
     _create(client, index, record)

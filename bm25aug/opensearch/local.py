@@ -5,7 +5,9 @@ cluster manager as a multi-machine cluster does. A node answers only requests wh
 Origin, if any) is a loopback name: 421 and 403 otherwise, against DNS rebinding. For a real
 deployment, point ``--to``/``--index`` at your own cluster's URL instead (docs/scale-out.md).
 
-The nodes run on a JDK 17 to 21 with OpenSearch's jars, fetched once with Maven (``launcher``).
+The nodes run OpenSearch ``launcher.DEFAULT`` (3.x: scores bit for bit Lucene's) or another of
+``launcher.ENGINES`` (``--opensearch 2.19.6``), chosen when the cluster is made and kept in its
+record, on a JDK that version runs on, with its jars fetched once with Maven (``launcher``).
 
 The cluster's folder (``--root``) is bm25aug's only when it holds bm25aug's record
 (``cluster_folder``): any other folder is refused and left as it is. ``stop`` ends every node
@@ -30,11 +32,11 @@ from bm25aug.errors import UserError
 from bm25aug.io import CACHE_ROOT
 from bm25aug.opensearch import cluster_folder as folder
 from bm25aug.opensearch.client import Client, ClusterURL
-from bm25aug.opensearch.launcher import CACHE, VERSION, fetch, java_home  # noqa: F401 (CACHE: the jars' folder)
-from bm25aug.opensearch.node_settings import place
+from bm25aug.opensearch.launcher import DEFAULT as OPENSEARCH, engine, fetch, java_home
+from bm25aug.opensearch.node_settings import cluster_name, place
 
 ROOT = Path(os.environ.get("BM25AUG_CLUSTER_ROOT", CACHE_ROOT / "cluster"))
-NODES, HEAP = 2, "1g"
+NODES, HEAP = 3, "1g"  # three manager-eligible nodes: any one may die and a manager is still elected
 START_WAIT_S, STOP_WAIT_S = 180.0, 30.0
 BIND_TRIES = 3  # launches of a node whose port another program took between our check and its bind
 
@@ -49,29 +51,36 @@ class StartFailed(UserError):
         super().__init__(f"{what}; fix: see {where}")
 
 
-def start(nodes: int | None = None, root: Path = ROOT, heap: str | None = None) -> dict:
+def start(nodes: int | None = None, root: Path = ROOT, heap: str | None = None, opensearch: str | None = None) -> dict:
     """Start the cluster in ``root`` and wait until every node has joined; its state. A missing or
     empty ``root`` gets a new cluster of ``nodes`` nodes (default ``NODES``) of ``heap`` each
-    (default ``HEAP``); a cluster's folder gets its own nodes back, those that do not run, with their
-    data (``nodes``, if given, must be their number; ``heap``, if given, is theirs from now on)."""
+    (default ``HEAP``) running OpenSearch ``opensearch`` (default ``OPENSEARCH``); a cluster's folder
+    gets its own nodes back, those that do not run, with their data and recorded version
+    (``nodes``/``opensearch``, if given, must be theirs; ``heap``, if given, is theirs from now on)."""
     root = folder.folder(root)
     if nodes is not None and nodes < 1:
         raise UserError(f"--nodes {nodes}: a cluster has at least one node; fix: pass --nodes 2 or more")
     if heap is not None and not folder.HEAP_SIZE.fullmatch(heap):
         raise UserError(f"--heap {heap!r} is not a Java heap size; fix: pass a number with k, m or g, such as 1g")
+    if opensearch is not None:
+        engine(opensearch)  # one a local cluster runs
     with folder.lock(root):
         state = folder.read(root)
         if state is None:
-            return _start_new(root, nodes or NODES, heap or HEAP)
+            return _start_new(root, nodes or NODES, heap or HEAP, opensearch or OPENSEARCH)
+        if opensearch not in (None, state["opensearch"]):
+            raise UserError(f"the cluster in {root} runs OpenSearch {state['opensearch']} (its data is that "
+                            f"version's), not {opensearch}; fix: start it without --opensearch, or `bm25aug cluster "
+                            f"delete --root {root}` first for a new one")
         return _start_again(state, nodes, heap)
 
 
-def _start_new(root: Path, nodes: int, heap: str) -> dict:
+def _start_new(root: Path, nodes: int, heap: str, opensearch: str) -> dict:
     """A new cluster in the missing or empty ``root``. If it does not form (or the start is
     interrupted), its nodes are ended and what it wrote is removed; when it did not form, the nodes'
     logs are first copied to a temporary folder, which the error names."""
-    build, home = fetch(), java_home()
-    state = folder.new(root, "", str(home), str(build), heap,
+    build, home = fetch(opensearch), java_home(opensearch)
+    state = folder.new(root, "", opensearch, str(home), str(build), heap,
                        [{"name": f"node-{i + 1}", "http": 0, "transport": 0, "home": str(root / f"node-{i + 1}"),
                          "pid": 0} for i in range(nodes)])
     place(state, state["nodes"])
@@ -103,7 +112,8 @@ def _start_again(state: dict, nodes: int | None, heap: str | None) -> dict:
         if not (Path(node["home"]) / "config").is_dir():
             raise UserError(f"the cluster in {root} lacks {node['name']}'s folder; fix: `bm25aug cluster delete "
                             f"--root {root}`, then start a new one")
-    state.update(build=str(fetch()), java=str(java_home()), heap=heap or state["heap"])
+    version = state["opensearch"]
+    state.update(build=str(fetch(version)), java=str(java_home(version)), heap=heap or state["heap"])
     place(state, down)
     folder.write(root, state)
     try:
@@ -161,6 +171,9 @@ def wait_ready(state: dict, nodes: int, timeout: float = START_WAIT_S, status: s
     health: dict = {}
     while True:
         dead = [n for n in state["nodes"] if not _alive(n)]
+        if dead:  # looked at again a moment later: a JVM just launched was once seen as gone
+            time.sleep(1.0)
+            dead = [n for n in dead if not _alive(n)]
         if dead:
             raise StartFailed(f"node {dead[0]['name']} of the cluster exited while starting ({_reason(dead[0])})",
                               Path(state["root"]), dead[0]["name"])
@@ -171,7 +184,9 @@ def wait_ready(state: dict, nodes: int, timeout: float = START_WAIT_S, status: s
             try:
                 health = client.request("GET", "/_cluster/health", ok=(408,), params={
                     "wait_for_nodes": f">={nodes}", "wait_for_status": status, "timeout": "5s"})
-                if health.get("number_of_nodes", 0) >= nodes and not health.get("timed_out"):
+                # (a node of another program's cluster on a port this one's node failed to bind is not it)
+                ours = health.get("cluster_name") == cluster_name(Path(state["root"]))
+                if ours and health.get("number_of_nodes", 0) >= nodes and not health.get("timed_out"):
                     return
             except UserError:
                 time.sleep(1.0)
@@ -229,12 +244,19 @@ def status(root: Path = ROOT) -> dict:
         state["health"] = {"status": "stopped", "number_of_nodes": 0}
         return state
     try:
-        state["health"] = Client(ClusterURL.parse(state["url"], need_index=False), timeout=10,
-                                 credentials=False).request(
-            "GET", "/_cluster/health")
+        client = Client(ClusterURL.parse(state["url"], need_index=False), timeout=10, credentials=False)
+        state["health"] = client.request("GET", "/_cluster/health")
+        state["manager"] = elected_manager(client)
     except UserError as e:
         state["health"] = {"status": "unreachable", "error": str(e)}
     return state
+
+
+def elected_manager(client: Client) -> str | None:
+    """The name of the node the cluster elected its manager (None while it has none)."""
+    answer = client.request("GET", "/_cluster/state/cluster_manager_node,nodes", params={"local": "true"})
+    node = answer.get("nodes", {}).get(answer.get("cluster_manager_node") or "")
+    return node["name"] if node else None
 
 
 def _ended(root: Path, then) -> tuple[int, dict, object] | None:
@@ -339,16 +361,16 @@ def run(args) -> None:
     """``bm25aug cluster start|status|stop|delete``."""
     root = folder.folder(args.root or ROOT)
     if args.action == "start":
-        state = start(args.nodes, root, args.heap)
+        state = start(args.nodes, root, args.heap, args.opensearch)
         again = state.get("started_again")
-        print(f"OpenSearch {VERSION}: {len(state['nodes'])} nodes running from {root}"
+        print(f"OpenSearch {state['opensearch']}: {len(state['nodes'])} nodes running from {root}"
               + (f" ({', '.join(again)} started again, with their data)" if again else ""))
         print(state["url"])
     elif args.action == "status":
         state = status(root)
         for node in state["nodes"]:
             print(f"{node['name']}: {'running' if node['running'] else 'stopped'} (pid {node['pid']}, "
-                  f"http 127.0.0.1:{node['http']})")
+                  f"http 127.0.0.1:{node['http']})" + (", elected manager" if node["name"] == state.get("manager") else ""))
         health = state["health"]
         print(f"health: {health.get('status')} ({health.get('number_of_nodes', 0)} nodes)"
               + (f": {health['error']}" if "error" in health else ""))

@@ -31,12 +31,16 @@ def free_port(preferred: int, taken: set[int]) -> int:
     raise UserError("no free port for a node; fix: free ports 9200-9300 or stop other servers")
 
 
+def cluster_name(root: Path) -> str:
+    """The cluster's name, its folder's own: a node of another local cluster that took over a port
+    this one's nodes knew (while one was down) is not taken for one of theirs (discovery matches on
+    it), nor its answer for this cluster's (``local.wait_ready``)."""
+    return f"bm25aug-local-{digest(str(root).encode())[:12]}"
+
+
 def node_config(name: str, http: int, transport: int, seeds: list[int], names: list[str], home: Path) -> str:
     """The text of a node's ``config/opensearch.yml``."""
-    # A name of this folder's own: a node of another local cluster that took over a port this one's
-    # nodes knew (while one was down) is not taken for one of theirs (discovery matches on it).
-    cluster = f"bm25aug-local-{digest(str(home.parent).encode())[:12]}"
-    lines = {"cluster.name": cluster, "node.name": name, "network.host": "127.0.0.1",
+    lines = {"cluster.name": cluster_name(home.parent), "node.name": name, "network.host": "127.0.0.1",
              "http.port": http, "transport.port": transport, "path.data": str(home / "data"),
              "path.logs": str(home / "logs"),
              "discovery.seed_hosts": json.dumps([f"127.0.0.1:{p}" for p in seeds]),

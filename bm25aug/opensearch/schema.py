@@ -6,11 +6,11 @@
   chain from its own filters (``ANALYSIS``): ``stemmer``/``possessive_english``, ``lowercase``,
   ``stop``/``_english_`` and ``porter_stem``. ``tests/test_cluster.py`` checks that it gives the
   flat index's terms for every SciFact query and for documents.
-* **BM25.** The index's default similarity is BM25 with our k1 and b. OpenSearch 2.x's "BM25" is
-  Lucene's ``LegacyBM25Similarity``: the same formula times (1 + k1), a constant that changes no
-  ranking. The searcher reads that factor from the engine's explanation of a score
-  (``bm25aug.opensearch.index``; ``score_scale`` when it cannot) and divides by it, so a cluster's
-  scores are Lucene's.
+* **BM25.** The index's default similarity is BM25 with our k1 and b. OpenSearch 3.x's "BM25" is
+  Lucene's ``BM25Similarity``, scores bit for bit Lucene's; 2.x's is ``LegacyBM25Similarity``: the
+  same formula times (1 + k1), a constant that changes no ranking. The searcher reads that factor
+  (1 or 1 + k1) from the engine's explanation of a score (``identity.engine_scale``; by the
+  engine's version when nothing is indexed) and divides by it, so a cluster's scores are Lucene's.
 * **Documents.** One ``contents`` field, the title and text joined as the flat index joins them;
   a document whose contents are blank is left out, as Anserini leaves it out. The id is ``_id``,
   and again ``ID_FIELD``, a keyword with doc values only: a search reads the ids of its hits from

@@ -38,6 +38,7 @@ from bm25aug.opensearch.nodes import ProbedPool
 
 CONNECT_TIMEOUT_S = 5.0  # to open a connection (and a TLS handshake); also a probe's whole wait
 READ_TIMEOUT_S = 20.0  # the longest a node may stay silent before it is failed
+POOL_SIZE = 16  # open connections kept per node: a batch's threads each reuse one (urllib3's default keeps 1)
 CONNECT_ENV, READ_ENV = "BM25AUG_OPENSEARCH_CONNECT_TIMEOUT", "BM25AUG_OPENSEARCH_READ_TIMEOUT"
 USER_ENV, PASSWORD_ENV = "BM25AUG_OPENSEARCH_USER", "BM25AUG_OPENSEARCH_PASSWORD"
 ALLOW_HTTP_AUTH_ENV = "BM25AUG_OPENSEARCH_ALLOW_HTTP_AUTH"  # "1": send credentials over http:// too
@@ -63,7 +64,7 @@ def connect(url, read_timeout: float, connect_timeout: float, credentials: bool 
         hosts=[{"host": host, "port": port} for host, port in url.hosts], use_ssl=https,
         ssl_context=_tls_context() if https else None, http_auth=_auth(url) if credentials else None,
         timeout=urllib3.Timeout(connect=connect_timeout, read=read_timeout), connection_class=QuietConnection,
-        connection_pool_class=ProbedPool, max_retries=len(url.hosts) - 1, retry_on_timeout=True, retry_on_status=())
+        connection_pool_class=ProbedPool, pool_maxsize=POOL_SIZE, max_retries=len(url.hosts) - 1, retry_on_timeout=True, retry_on_status=())
 
 
 def timeout(given, variable: str, default: float) -> float:

@@ -22,6 +22,7 @@ import numpy as np
 
 from bm25aug.io import atomic_write_text
 from bm25aug.reproduce.choice_table import choice_table
+from bm25aug.reproduce.cluster_tables import analyzer_table, cluster_table, ingest_table, sizing_table
 from bm25aug.reproduce.hybrid_tables import cost_table, fusion_table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,6 +43,7 @@ BENCH_DATA["term-lists"] = ROOT / "docs" / "data" / "ab_term_lists.json"
 BENCH_DATA["seams"] = ROOT / "docs" / "data" / "ab_seams.json"
 # In-process Lucene against an OpenSearch cluster of 1 and 2 shards (benchmarks/bench_cluster.py --record)
 BENCH_DATA["cluster"] = ROOT / "docs" / "data" / "bench_cluster.json"
+BENCH_DATA["cluster-ingest"] = BENCH_DATA["cluster-sizing"] = BENCH_DATA["cluster"]
 # The packaged general model, its reweighter and the static in-domain model beside bm25-flat (bench_search.py)
 BENCH_DATA["general-models"] = ROOT / "docs" / "data" / "speed_general.json"
 # The static query side's added-term budget, quality against QPS (benchmarks/bench_budget.py --record)
@@ -53,6 +55,8 @@ BENCH_DATA["profile"] = ROOT / "docs" / "data" / "profile_training.json"
 # Hybrid search: the fusion chosen on dev (research/hybrid_defaults.py), its cost (benchmarks/bench_hybrid.py)
 BENCH_DATA["hybrid-fusion"] = ROOT / "docs" / "data" / "hybrid_defaults.json"
 BENCH_DATA["hybrid-cost"] = ROOT / "docs" / "data" / "hybrid_cost.json"
+# OpenSearch's built-in english analyzer against the flat index's (benchmarks/english_analyzer.py --record)
+BENCH_DATA["english-analyzer"] = ROOT / "docs" / "data" / "english_analyzer.json"
 METRIC_NAMES = {"ndcg@10": "nDCG@10", "recall@100": "R@100", "mrr@10": "MRR@10", "acc@5": "Acc@5",
                 "acc@20": "Acc@20", "acc@100": "Acc@100", "aug_terms_mean": "added terms / query",
                 "added_precision_weight": "added precision (weight)", "latency_ms_p50": "p50 ms",
@@ -336,35 +340,15 @@ def ab_table(recorded: dict) -> str:
                                    f"`{recorded['command']}`."])
 
 
-def cluster_table(results: list[dict]) -> str:
-    """QPS of each target over in-process Lucene's, and a cluster query's parts (benchmarks/bench_cluster.py)."""
-    lines = ["| corpus | target | bm25-flat QPS 1 / 2 threads | augmented QPS 1 / 2 threads | bm25-flat / in-process "
-             "(2 threads) | augmented / in-process (2 threads) | ms a query: JSON / cluster / HTTP |",
-             "|---|---|---|---|---|---|---|"]
-    for run in results:
-        base = run["rows"]["in-process"]
-        for label, row in run["rows"].items():
-            parts = row.get("breakdown_ms")
-            split = f"{parts['json']:.1f} / {parts['cluster']:.1f} / {parts['http']:.1f}" if parts else ""
-            lines.append(f"| {_corpus(run)} | {label} | {row['bm25_flat_qps_1t']:,.0f} / {row['bm25_flat_qps_2t']:,.0f} | "
-                         f"{row['augmented_qps_1t']:,.0f} / {row['augmented_qps_2t']:,.0f} | "
-                         f"{row['bm25_flat_qps_2t'] / base['bm25_flat_qps_2t']:.2f}x | "
-                         f"{row['augmented_qps_2t'] / base['augmented_qps_2t']:.2f}x | {split} |")
-    first = results[0]
-    return "\n".join(lines + ["", f"SciFact's {first['queries']} test queries, k={first['k']}, term lists written "
-                                   f"beforehand by `{first['checkpoint']}`; every row of one run, one 2-core machine. "
-                                   f"Recorded with `{first.get('command', 'python benchmarks/bench_cluster.py --record')}`."])
-
-
 def bench_table(name: str) -> str:
     recorded = json.loads(BENCH_DATA[name].read_text(encoding="utf-8"))
     tables = {"speed": speed_table, "throughput": throughput_table, "scale": lambda r: scale_table(r["rows"]),
               "extrapolation": lambda r: extrapolate(r["rows"]),
               "serve": serve_table, "encoders": lambda r: speed_table(r, qps=False), "two-core": two_core_table,
               "two-core-nolayer": two_core_table, "profile": profile_table,
-              "static": static_table, "term-lists": ab_table, "seams": ab_table, "cluster": cluster_table, "general-models": models_table,
+              "static": static_table, "term-lists": ab_table, "seams": ab_table, "cluster": cluster_table, "cluster-ingest": ingest_table, "cluster-sizing": sizing_table, "general-models": models_table,
               "budget": budget_table, "feedback-choice": choice_table, "hybrid-fusion": fusion_table,
-              "hybrid-cost": cost_table}
+              "hybrid-cost": cost_table, "english-analyzer": analyzer_table}
     return tables[name](recorded)
 
 

@@ -126,7 +126,7 @@ def parse_pairs(values: list[str] | None, option: str) -> list[tuple[str | None,
     pairs = []
     for value in values or []:
         name, eq, path = value.partition("=")
-        if not eq:
+        if not eq or "://" in name:  # a bare cluster URL, whose query string may hold `=` (?field=body)
             name, path = None, value
         if not path or (name is not None and not NAME.match(name)):
             raise UserError(f"{option} {value!r} is not NAME=PATH; fix: pass e.g. {option} scifact=indexes/scifact.flat "
@@ -139,7 +139,8 @@ def index_specs(index_flags: list[str] | None, model_flags: list[str] | None,
                 dense_flags: list[str] | None = None) -> list[IndexSpec]:
     """``--index NAME=PATH``, ``--model NAME=PATH`` and ``--dense NAME=MODEL`` flags as ``IndexSpec``s
     (a bare index path is named after its folder; a bare model goes with the only index)."""
-    indexes = [(name or Path(path.rstrip("/")).name, path) for name, path in parse_pairs(index_flags, "--index")]
+    indexes = [(name or Path(path.split("?", 1)[0].rstrip("/")).name, path)
+               for name, path in parse_pairs(index_flags, "--index")]
     for name, _ in indexes:
         if not NAME.match(name):
             raise UserError(f"index name {name!r} cannot be a URL path segment; fix: name it, --index NAME=PATH")
