@@ -215,7 +215,8 @@ def main() -> None:
     p.add_argument("--shards", nargs="+", type=int, default=[1, 2], help="an index of each shard count (default: 1 2)")
     p.add_argument("--checkpoint", default="general", help="the model that writes the term lists (default: general)")
     p.add_argument("--k", type=int, default=1000)
-    p.add_argument("--url", help="a cluster of yours (http://HOST:PORT[,...]) instead of a local one started here")
+    p.add_argument("--url", help="a cluster of yours (http://HOST:PORT[,...]) instead of a local one started here; "
+                                 "its indexes bench-CORPUS-sN are reused when complete, else made again (--force)")
     p.add_argument("--json-out")
     p.add_argument("--record", action="store_true", help=f"put each corpus's result into {RECORD}")
     args = p.parse_args()

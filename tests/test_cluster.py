@@ -329,8 +329,10 @@ def test_the_elected_manager_killed_mid_batch_and_mid_ingest_loses_nothing(clust
     worker = threading.Thread(target=lambda: outcome.update(tops=searcher.batch_search_arrays(queries * 4, 10,
                                                                                               threads=2)))
     worker.start()
-    time.sleep(1.0)
+    time.sleep(0.5)
+    assert ingesting.poll() is None and worker.is_alive()  # the kill lands mid-ingest and mid-batch
     local.kill_node(state, victim)
+    assert worker.is_alive()
     worker.join(600)
     assert _top10(searcher, outcome["tops"]) == reference * 4  # every one of the 1,200, no error
     deadline = time.monotonic() + 120

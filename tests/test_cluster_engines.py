@@ -136,3 +136,13 @@ def test_each_version_has_its_own_jars_and_launcher():
         assert f"opensearch-{version}.jar" in jars and all(jar.endswith(f"-{version}.jar") for jar in jars)
         assert {p.name for p in (build / "classes").glob("*.class")} >= {"ClusterNode.class", "Engine.class",
                                                                          "Engine$LoopbackOnly.class"}
+
+
+def test_start_only_flags_with_another_action_are_one_line(tmp_path):
+    """`--opensearch`, `--nodes` and `--heap` choose what `start` makes: with stop, status or delete
+    they are refused in one line, not ignored, and nothing is touched."""
+    for action in ("stop", "status", "delete"):
+        done = _cli(action, "--root", str(tmp_path), "--opensearch", "2.19.6", "--nodes", "3")
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "--nodes --opensearch go only with `cluster start`" in done.stderr and "fix:" in done.stderr
+    assert list(tmp_path.iterdir()) == []

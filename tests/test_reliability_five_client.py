@@ -259,7 +259,7 @@ RECORD = {"dataset": "tiny", "fingerprint": "f", "k1": 0.9, "b": 0.4, "shards": 
     ({"mappings": {"_meta": {"bm25aug": {**RECORD, "k1": "abc"}}}}, "damaged ('k1' is 'abc')"),
     ({"mappings": {"_meta": {"bm25aug": "made by hand"}}}, "damaged (it is not an object)"),
     ({"mappings": {"_meta": {"bm25aug": RECORD}, "properties": "odd"}}, "older bm25aug"),
-    ({"settings": {}}, "answer to GET /x is not shaped as OpenSearch 2.x answers (KeyError"),
+    ({"settings": {}}, "answer to GET /x is not shaped as OpenSearch 2.x or 3.x answers (KeyError"),
     ({"settings": {"index": {"uuid": "u1", "max_result_window": "a"}}}, "GET /x is not shaped as OpenSearch 2"),
     ({"/x/_count": b'{"count": "many"}'}, "answer to GET /x/_count is not shaped"),
     ({"/_nodes/settings": b'{"nodes": {"n": {"settings": {"indices.query.bool.max_clause_count": "a"}}}}'},

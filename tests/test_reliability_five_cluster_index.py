@@ -217,6 +217,9 @@ def test_damaged_foreign_unfinished_and_long_name_a_fix_that_works(cluster, wind
         BM25Searcher(url)
     _one_line(unfinished.value, "its ingest has not finished (at document 4 of tiny's corpus)",
               f"`bm25aug index --dataset tiny --to {url}`, same options) to resume it")
+    with pytest.raises(UserError) as through_field:  # ?field= on bm25aug's own index: no way round the guard
+        BM25Searcher(url + "?field=contents")
+    _one_line(through_field.value, "its ingest has not finished", f"--to {url}`")
     searcher = BM25Searcher(windowed)
     with pytest.raises(UserError) as long_query:
         searcher.search(" ".join(f"w{i}x" for i in range(1100)), 10)

@@ -327,9 +327,10 @@ def test_a_damaged_record_is_one_line_and_force_replaces_it(cluster, small, clea
     _assert_exact(url, small, clean)
 
 
-def test_force_says_what_it_deletes(cluster, small, caplog):
-    """A foreign index is refused with the read-only way to search it; --force replaces it and says it held 1 document
-    not made by bm25aug; forcing again over that says whose ingest it deletes."""
+def test_a_foreign_index_is_never_deleted_and_force_says_what_it_deletes(cluster, small, caplog):
+    """A foreign index is refused with the read-only way to search it, with --force too (nothing of
+    it deleted), and a URL with ?field= is never written to; --force over bm25aug's own index says
+    whose ingest it deletes."""
     from bm25aug.errors import UserError
     from bm25aug.opensearch.ingest import ingest
 
@@ -338,15 +339,19 @@ def test_force_says_what_it_deletes(cluster, small, caplog):
     client = _client(url)
     client.request("PUT", "/precious", {"settings": {"index": {"number_of_replicas": 0}}})
     client.request("PUT", "/precious/_doc/1", {"note": "a user's own"}, params={"refresh": "true"})
-    with pytest.raises(UserError, match=r"is not one bm25aug made; fix: search it as it is, read-only") as refused:
-        ingest(dataset, url, bulk_docs=BATCH)
-    assert "--force" not in str(refused.value)  # (never suggested for someone else's index; still taken, below)
-    assert client.request("GET", "/precious/_doc/1")["found"]
+    for force in (False, True):
+        with pytest.raises(UserError, match=r"is not one bm25aug made; fix: search it as it is, read-only") as refused:
+            ingest(dataset, url, force=force, bulk_docs=BATCH)
+        assert "--force" not in str(refused.value) and "\n" not in str(refused.value)
+    with pytest.raises(UserError, match=r"\?field= names an index of your own, which bm25aug searches read-only"):
+        ingest(dataset, f"{cluster['url']}/other?field=note", bulk_docs=BATCH)
+    assert client.request("GET", "/precious/_doc/1")["found"] and client.request("GET", "/precious/_count")["count"] == 1
+    assert client.request("GET", "/other", ok=(404,)).get("status") == 404  # (nothing made either)
+    client.request("DELETE", "/precious")
     with caplog.at_level(logging.WARNING, logger="bm25aug.opensearch.ingest"):
-        ingest(dataset, url, force=True, bulk_docs=BATCH)
+        ingest(dataset, url, bulk_docs=BATCH)
         ingest(dataset, url, force=True, bulk_docs=BATCH)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("precious" in w and "not made by bm25aug, 1 documents" in w for w in warnings), warnings
     assert any("precious" in w and f"bm25aug's ingest of {dataset.name}, complete, {DOCS} documents" in w
                for w in warnings), warnings
     client.request("DELETE", "/precious", ok=(404,))

@@ -15,9 +15,9 @@ def shaped(where: str, what: str, read):
     try:
         return read()
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
-        raise UserError(f"{where}: the cluster's answer to {what} is not shaped as OpenSearch 2.x answers "
-                        f"({type(e).__name__}: {str(e)[:80]}); fix: point the URL at an OpenSearch 2.x cluster's "
-                        f"nodes") from None
+        raise UserError(f"{where}: the cluster's answer to {what} is not shaped as OpenSearch 2.x or 3.x "
+                        f"answers ({type(e).__name__}: {str(e)[:80]}); fix: point the URL at an OpenSearch cluster's "
+                        f"nodes and name an index, not an alias") from None
 
 
 def error_kind(response) -> str:
@@ -33,7 +33,7 @@ def responses(answer: dict, count: int, where: str) -> list[dict]:
     if not isinstance(found, list) or len(found) != count or not all(isinstance(r, dict) for r in found):
         got = len(found) if isinstance(found, list) else "no"
         raise UserError(f"{where}: the cluster answered an _msearch of {count} searches with {got} answers; fix: "
-                        f"point the URL at an OpenSearch 2.x cluster's nodes")
+                        f"point the URL at an OpenSearch 2.x or 3.x cluster's nodes")
     return found
 
 

@@ -51,7 +51,7 @@ def identify(client: Client, name: str, where: str) -> tuple[dict, str, dict, in
                                                       "filter_path": _OPEN_KEEP}, ok=(404,))
     if _missing(answer):
         raise UserError(f"{where}: the cluster has no index {name}; fix: make it with `bm25aug index --dataset NAME "
-                        f"--to {where}`, or name an index the cluster holds")
+                        f"--to {str(where).split('?', 1)[0]}`, or name an index the cluster holds")
     record = record_of(answer, name, where)
 
     def read():

@@ -17,7 +17,8 @@ as ``bm25aug.opensearch.schema`` says, streamed in bulk, resumable.
   (``_expunge``). Then counted, and marked complete.
 * An index that exists is refused unless it is this corpus's unfinished ingest (resumed) or
   ``--force`` (a warning says what it held; deleted and made again; also the fix for a damaged
-  record). The index is missing only when OpenSearch says so (a 404 of type
+  record). An index without bm25aug's record is never deleted, ``--force`` or not (the fix names
+  ``?field=``, which searches it read-only), and a URL with ``?field=`` is never written to. The index is missing only when OpenSearch says so (a 404 of type
   ``index_not_found_exception``): any other answer (a proxy's empty 404) is an error and nothing is
   deleted. An alias is refused, with or without ``--force``.
 """
@@ -55,6 +56,10 @@ def ingest(dataset: Dataset, url: str, shards: int = SHARDS, replicas: int = REP
     """Fill the index ``url`` names with ``dataset``'s corpus; its record when complete. ``client``:
     an ``opensearchpy.OpenSearch`` the user built, used as it is; ``url`` is then the index's name."""
     target = ClusterURL.parse(url) if client is None else None
+    if "field=" in str(url).partition("?")[2]:
+        raise UserError(f"--to {str(url).split('?', 1)[0]}?field=...: ?field= names an index of your own, which "
+                        f"bm25aug searches read-only and never writes; fix: drop ?field= and name a new index to "
+                        f"index into")
     if shards < 1 or replicas < 0 or bulk_docs < 1:
         raise UserError(f"--shards {shards} --replicas {replicas}: at least 1 shard and 0 replicas; fix: pass e.g. "
                         f"--shards 2 --replicas 1")
@@ -101,13 +106,13 @@ def _open(client: Client, index: str, record: dict, force: bool, size: int) -> d
             if not force:
                 raise
             old = None  # damaged: replaced, as its error's fix says
+        if old == {}:  # someone else's index: never deleted, --force or not
+            raise UserError(f"index {index} exists on the cluster and is not one bm25aug made; fix: search it as it "
+                            f"is, read-only (`--index URL?field=NAME`, NAME its text field), or name another index "
+                            f"in the URL (bm25aug never deletes an index it did not make)")
         if not force:
             if old.get("state") == INGESTING and {k: old.get(k) for k in SAME} == {k: record[k] for k in SAME}:
                 return _resumed(old, record, where, size)
-            if not old:  # someone else's: never suggest deleting it
-                raise UserError(f"index {index} exists on the cluster and is not one bm25aug made; fix: search it as "
-                                f"it is, read-only (`--index URL?field=NAME`, NAME its text field), or name another "
-                                f"index in the URL")
             raise UserError(f"index {index} exists on the cluster and holds {old.get('dataset')}'s corpus "
                             f"({old.get('state')}); fix: pass --force to replace it, or name another index in the URL")
         log.warning("--force: deleting index %s (%s) to make it again", index, _held(client, index, old))
@@ -170,16 +175,14 @@ def _not_opensearch(client: Client, path: str, status: int, answer) -> UserError
 
 
 def _held(client: Client, index: str, old: dict | None) -> str:
-    """What an index ``--force`` replaces holds, in words."""
+    """What an index ``--force`` replaces (one of bm25aug's, or a damaged record) holds, in words."""
     try:
         count = f"{client.request('GET', f'/{index}/_count').get('count')} documents"
     except ClusterError:
         count = "its documents not counted"
     if old is None:
         return f"a damaged bm25aug record, {count}"
-    if old:
-        return f"bm25aug's ingest of {old.get('dataset')}, {old.get('state')}, {count}"
-    return f"not made by bm25aug, {count}"
+    return f"bm25aug's ingest of {old.get('dataset')}, {old.get('state')}, {count}"
 
 
 def _wait_active(client: Client, index: str, replicas: int) -> None:

@@ -1,8 +1,8 @@
 """What runs a local cluster's nodes (``bm25aug.opensearch.local``): the OpenSearch engine (one of
 ``ENGINES``, ``DEFAULT`` for a new cluster), a JDK it runs on (``java_home``) and its jars with the
 compiled launcher (``fetch``). The engine comes from Maven Central (``node/pom.xml``, the versions
-passed from ``ENGINES``): the first start of a version fetches its jars with ``mvn`` (about 45 MB
-for 2.19.6, 62 MB for 3.9.0; once per version and ``node/`` contents, into ``cache(version)``) and
+passed from ``ENGINES``): the first start of a version fetches its jars with ``mvn`` (once per
+version and ``node/`` contents, into ``cache(version)``) and
 compiles ``node/ClusterNode.java`` with that major version's ``node/<source>/Engine.java``. It needs
 Maven and a JDK the version runs on (``Engine.java``: 3.x needs 21 or later, 2.19 runs on 17 to 21;
 ``BM25AUG_CLUSTER_JAVA_HOME``, ``JAVA_HOME``, the PATH's or one in ``/usr/lib/jvm``).
@@ -44,7 +44,7 @@ class Engine:
 
 
 # 3.x scores with Lucene's BM25Similarity, bit for bit as in-process; 2.19 with LegacyBM25Similarity,
-# (1 + k1) times it, which the searcher divides by (equal to float32 rounding). 2.19 runs on 11-21.
+# (1 + k1) times it, which the searcher divides by (equal to float32 rounding).
 ENGINES = {engine.version: engine for engine in (
     Engine("3.9.0", (21, None), "2.25.5", "opensearch-3"),
     Engine("2.19.6", (17, 21), "2.25.4", "opensearch-2"),

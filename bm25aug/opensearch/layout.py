@@ -67,15 +67,16 @@ class OwnLayout:
 
     def __init__(self, record: dict, mapping: dict, url):
         self.record, self.url, self.where = record, url, str(url)
+        command_url = self.where.split("?", 1)[0]  # (what `bm25aug index --to` takes: no search options)
         properties = mapping.get("properties") if isinstance(mapping, dict) else None
         if not isinstance(properties, dict) or ID_FIELD not in properties:
             raise UserError(f"{self.where} was made by an older bm25aug (no {ID_FIELD!r} field to read hits' ids "
-                            f"from); fix: index it again with `bm25aug index --dataset NAME --to {self.where} --force`")
+                            f"from); fix: index it again with `bm25aug index --dataset NAME --to {command_url} --force`")
         if record["state"] != COMPLETE:
             dataset = record.get("dataset", "NAME")
             raise UserError(f"{self.where} cannot be searched: its ingest has not finished (at document "
                             f"{record.get('next', 0):,} of {dataset}'s corpus); fix: run the command that started "
-                            f"it again (`bm25aug index --dataset {dataset} --to {self.where}`, same options) to "
+                            f"it again (`bm25aug index --dataset {dataset} --to {command_url}`, same options) to "
                             f"resume it")
 
     def hit_id(self, hit: dict) -> str:
@@ -122,6 +123,8 @@ def open_layout(client: Client, name: str, url, mapping: dict, record: dict, fie
     from bm25aug.opensearch.user_index import UserLayout, listed
 
     if field is not None:
+        if record:  # one of bm25aug's: searched through its field only once its ingest is complete
+            OwnLayout(record, mapping, url)
         return UserLayout(client, name, str(url), mapping, field)
     if not record:
         fields = listed(mapping)

@@ -360,6 +360,8 @@ def _alive(node: dict) -> bool:
 def run(args) -> None:
     """``bm25aug cluster start|status|stop|delete``."""
     root = folder.folder(args.root or ROOT)
+    if args.action != "start" and (given := [f"--{n}" for n in ("nodes", "heap", "opensearch") if vars(args)[n]]):
+        raise UserError(f"{' '.join(given)} go only with `cluster start`; fix: drop them from `cluster {args.action}`")
     if args.action == "start":
         state = start(args.nodes, root, args.heap, args.opensearch)
         again = state.get("started_again")

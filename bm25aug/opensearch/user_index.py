@@ -60,6 +60,7 @@ class UserLayout:
             settings, spec.get("similarity"), field, where))
         limit = shaped(where, f"GET /{name}/_settings", lambda: int(_setting(settings, ("analyze", "max_token_count"))
                                                                     or MAX_TOKEN_COUNT))
+        self._warn_deleted()
         self.analysis = FieldAnalysis(client, name, field, where, limit)
         self.analysis.check([PROBE], ["the probe text"])
         self._sample = self._check_sample()
@@ -80,10 +81,20 @@ class UserLayout:
         self.analysis.check(texts, labels)
         return texts
 
+    def _warn_deleted(self) -> None:
+        """Deleted (or updated) documents still count in a term's document frequency and the average
+        length until Lucene merges them away: the scores are then not the flat index's."""
+        docs = self.client.request("GET", f"/{self.name}/_stats/docs").get("_all", {}).get("primaries", {}).get("docs", {})
+        if docs.get("deleted"):
+            log.warning("%s holds %s deleted or updated documents not merged away yet: Lucene still counts them in "
+                        "BM25's statistics, so scores differ from an index of the live documents alone (a force "
+                        "merge, `POST /%s/_forcemerge?only_expunge_deletes=true`, is yours to run)",
+                        self.where, docs["deleted"], self.name)
+
     def _no_source(self):
         raise UserError(f"{self.where}: the _source of its documents holds no text at {self.source[0]!r} (the source "
-                        f"of field {self.field!r}: disabled, or excluded from _source), so how they were analyzed "
-                        f"cannot be checked; fix: name a field whose text _source keeps")
+                        f"of field {self.field!r}: disabled, excluded from _source, or a copy_to target), so how they "
+                        f"were analyzed cannot be checked; fix: name a field whose text _source keeps")
 
     def hit_id(self, hit: dict) -> str:
         return hit["_id"]

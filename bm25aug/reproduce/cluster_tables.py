@@ -105,12 +105,13 @@ def sizing_table(results: list[dict]) -> str:
         total = 2 * primary
         nodes = max(MIN_NODES, math.ceil(total / (CACHE_GB_PER_NODE * GB)))
         shards = max(math.ceil(primary / (SHARD_TARGET_GB * GB)), math.ceil(nodes / 2))  # every node holds a copy
-        hours = passages / row["docs_per_s"] / 3600
+        hours = passages * words / (row["docs_per_s"] * run["words_per_doc"]) / 3600  # at the measured words a second
         lines.append(f"| {name} | {passages / 1e6:,.1f}M | {primary / GB:,.0f} GB | {shards} | {total / GB:,.0f} GB | "
                      f"{nodes} | {hours:,.1f} h on this 2-core machine |")
     notes = [f"From the {corpus_name(run)} row: {per_word:.2f} bytes a word indexed (primaries, "
              f"{run['words_per_doc']:.0f} words a passage), {row['docs_per_s']:,.0f} documents a second into "
-             f"{row['shards']} shards with {row['replicas']} replica, every node and the client on 2 cores."]
+             f"{row['shards']} shards with {row['replicas']} replica, every node and the client on 2 cores; "
+             f"sizes and ingest hours scale with passages times words a passage."]
     notes += [f"{name}: {source}." for name, (_, _, source) in TARGETS.items()]
     notes.append(f"Nodes enough to hold primaries and a replica in {CACHE_GB_PER_NODE} GB of page cache each, and "
                  f"at least {MIN_NODES}; primary shards of at most {SHARD_TARGET_GB} GB, and enough that every node "

@@ -22,7 +22,7 @@ import numpy as np
 
 from bm25aug.io import atomic_write_text
 from bm25aug.reproduce.choice_table import choice_table
-from bm25aug.reproduce.cluster_tables import analyzer_table, cluster_table, ingest_table, sizing_table
+from bm25aug.reproduce.cluster_tables import corpus_name, analyzer_table, cluster_table, ingest_table, sizing_table
 from bm25aug.reproduce.hybrid_tables import cost_table, fusion_table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,7 +112,7 @@ def speed_table(recorded: dict, qps: bool = True) -> str:
     width = 5 if qps else 3
     head = ["path"]
     for run in runs:
-        head += [f"{_corpus(run)} p50 ms", "p95 ms", "p50 / floor", "QPS 1 thread", "QPS 2 threads"][:width]
+        head += [f"{corpus_name(run)} p50 ms", "p95 ms", "p50 / floor", "QPS 1 thread", "QPS 2 threads"][:width]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for path in runs[0]["paths"]:
         cells = [path]
@@ -145,15 +145,11 @@ def throughput_table(recorded: dict) -> str:
     for run in recorded["runs"]:
         flat, aug, peer = run["paths"]["bm25-flat"], run["paths"]["augmented"], run.get("peer") or {}
         best = max(peer.get("qps_1t", 0), peer.get("qps_2t", 0))
-        lines.append(f"| {_corpus(run)} | {flat['qps_2t'] / flat['qps_1t']:.2f}x | {aug['qps_2t'] / aug['qps_1t']:.2f}x | "
+        lines.append(f"| {corpus_name(run)} | {flat['qps_2t'] / flat['qps_1t']:.2f}x | {aug['qps_2t'] / aug['qps_1t']:.2f}x | "
                      + (f"{flat['qps_2t'] / best:.2f}x | {aug['qps_2t'] / best:.2f}x | " if best else " | | ")
                      + f"{aug['qps_2t'] / flat['qps_2t']:.2f}x | "
                      + (f"{peer['build_s']:.0f} | {peer['peak_rss_mb']:,.0f} |" if "build_s" in peer else " | |"))
     return "\n".join(lines)
-
-
-def _corpus(run: dict) -> str:
-    return "SciFact" if run["num_docs"] < 10_000 else f"{run['num_docs'] / 1e6:g}M"
 
 
 def scale_table(rows: list[dict]) -> str:
@@ -214,7 +210,7 @@ def serve_table(recorded: dict) -> str:
             local = run["in_process"][r["method"]]
             ratio = f"{r['qps'] / local['batch_qps']:.2f}x" if r["concurrency"] == top else ""
             extra = f"{r['p50_ms'] - local['p50_ms']:+.2f} ms" if r["concurrency"] == low else ""
-            lines.append(f"| {_corpus(run)} | {r['method']} | {r['concurrency']} | {r['requests']:,} | {r['errors']} | "
+            lines.append(f"| {corpus_name(run)} | {r['method']} | {r['concurrency']} | {r['requests']:,} | {r['errors']} | "
                          f"{r['qps']:,.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {local['batch_qps']:,.0f} | "
                          f"{local['p50_ms']:.2f} | {ratio} | {extra} |")
     return "\n".join(lines)
