@@ -48,7 +48,9 @@ def cluster_table(results: list[dict]) -> str:
                          f"{_ratio(row, base, 'bm25_flat')} | {_ratio(row, base, 'augmented')} | {split} |")
     first = results[0]
     notes = [f"SciFact's {first['queries']} test queries, k={first['k']}, term lists written beforehand by "
-             f"`{first['checkpoint']}`; each corpus's rows are of one run, on one 2-core machine."]
+             f"`{first['checkpoint']}`; each corpus's rows are of one run, on one 2-core machine. 1M is SciFact "
+             f"padded to 1M passages (`benchmarks/scale.py`), searched with the same queries; the JSON / cluster "
+             f"/ HTTP split is of augmented queries, one at a time."]
     for run in results:
         native = run["rows"].get(NATIVE)
         agree = _agreement(native, run["queries"]) if native else ""
@@ -79,10 +81,11 @@ def ingest_table(results: list[dict]) -> str:
                 continue
             took = f"{row['ingest_s'] / 60:.1f} min" if "ingest_s" in row else "(reused)"
             rate = f"{row['docs_per_s']:,.0f}" if "docs_per_s" in row else "—"
-            primary = f"{row['primary_bytes'] / GB:.2f} GB" if "primary_bytes" in row else "—"
-            index = label if label == "in-process" else f"{label}, {row['replicas']} replica"
-            lines.append(f"| {corpus_name(run)} | {index} | {took if label != 'in-process' else '—'} | "
-                         f"{rate} | {primary} | {row['total_bytes'] / GB:.2f} GB |")
+            own = label == "in-process"  # one folder, no replicas: its size is under primaries
+            primary = row["total_bytes"] if own else row.get("primary_bytes")
+            sizes = ["—" if size is None else f"{size / GB:.2f} GB" for size in (primary, None if own else row["total_bytes"])]
+            index = label if own else f"{label}, {row['replicas']} replica"
+            lines.append(f"| {corpus_name(run)} | {index} | {'—' if own else took} | {rate} | {sizes[0]} | {sizes[1]} |")
     return "\n".join(lines + ["", "Sizes after the ingest's merge to one segment a shard; an ingest's time includes "
                                   "it. Recorded by the same runs as the table above."])
 
