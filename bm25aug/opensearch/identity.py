@@ -107,6 +107,13 @@ def _bm25_scored(explanation: dict) -> bool:
         any(_bm25_scored(detail) for detail in explanation.get("details", []))
 
 
+def deleted_documents(client: Client, index: str, copies: str = "total") -> int:
+    """Deleted (or updated) documents not merged away yet in ``index``'s shard ``copies`` ("total":
+    every copy; "primaries"): Lucene still counts them in a term's document frequency."""
+    answer = client.request("GET", f"/{index}/_stats/docs")
+    return answer.get("_all", {}).get(copies, {}).get("docs", {}).get("deleted", 0)
+
+
 def clause_limit(client: Client) -> int:
     """The smallest ``indices.query.bool.max_clause_count`` among the cluster's nodes."""
     key = "indices.query.bool.max_clause_count"

@@ -34,6 +34,7 @@ from bm25aug.errors import UserError
 from bm25aug.bm25_defaults import B, FIELD, K1
 from bm25aug.data.registry import corpus_fingerprint
 from bm25aug.opensearch.client import Client, ClusterError, ClusterURL
+from bm25aug.opensearch.identity import deleted_documents
 from bm25aug.opensearch.retry import RETRIES, attempts, retryable
 from bm25aug.opensearch.schema import (COMPLETE, ID_FIELD, INGESTING, REPLICAS, SHARDS, index_body, is_blank,
                                       raise_damaged, record_of)
@@ -257,7 +258,7 @@ def _finish(client: Client, index: str, record: dict) -> dict:
     client.request("POST", f"/{index}/_forcemerge", params={"max_num_segments": 1}, timeout=MERGE_TIMEOUT_S)
     client.request("PUT", f"/{index}/_settings", {"index": {"refresh_interval": None}})
     client.request("POST", f"/{index}/_refresh")
-    deleted = _deleted(client, index)
+    deleted = deleted_documents(client, index)
     if deleted:
         deleted = _expunge(client, index, deleted)
     count = client.request("GET", f"/{index}/_count").get("count", -1)
@@ -268,12 +269,6 @@ def _finish(client: Client, index: str, record: dict) -> dict:
     record.update(state=COMPLETE)
     _save(client, index, record)
     return record
-
-
-def _deleted(client: Client, index: str) -> int:
-    """Deleted documents in every shard copy (Lucene counts them in a term's document frequency)."""
-    return client.request("GET", f"/{index}/_stats/docs").get("_all", {}).get("total", {}).get("docs", {}).get(
-        "deleted", 0)
 
 
 def _expunge(client: Client, index: str, deleted: int) -> int:
@@ -289,7 +284,7 @@ def _expunge(client: Client, index: str, deleted: int) -> int:
         client.request("POST", f"/{index}/_forcemerge", params={"only_expunge_deletes": "true"},
                        timeout=MERGE_TIMEOUT_S)
         client.request("POST", f"/{index}/_refresh")
-        deleted = _deleted(client, index)
+        deleted = deleted_documents(client, index)
         if not deleted or time.monotonic() > deadline:
             return deleted
         time.sleep(EXPUNGE_STEP_S)

@@ -84,12 +84,13 @@ class UserLayout:
     def _warn_deleted(self) -> None:
         """Deleted (or updated) documents still count in a term's document frequency and the average
         length until Lucene merges them away: the scores are then not the flat index's."""
-        docs = self.client.request("GET", f"/{self.name}/_stats/docs").get("_all", {}).get("primaries", {}).get("docs", {})
-        if docs.get("deleted"):
+        from bm25aug.opensearch.identity import deleted_documents
+
+        if deleted := deleted_documents(self.client, self.name, "primaries"):
             log.warning("%s holds %s deleted or updated documents not merged away yet: Lucene still counts them in "
                         "BM25's statistics, so scores differ from an index of the live documents alone (a force "
                         "merge, `POST /%s/_forcemerge?only_expunge_deletes=true`, is yours to run)",
-                        self.where, docs["deleted"], self.name)
+                        self.where, deleted, self.name)
 
     def _no_source(self):
         raise UserError(f"{self.where}: the _source of its documents holds no text at {self.source[0]!r} (the source "
