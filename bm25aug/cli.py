@@ -61,7 +61,7 @@ def _index_parser(sub) -> None:
                    help="flat and wp (default), or multifield: title and text as separate fields, as Pyserini's")
     p.add_argument("--force", action="store_true",
                    help="rebuild even if up to date, replacing whatever folder is at the index path (with --to: "
-                        "replace the cluster's index)")
+                        "replace an index bm25aug made; one it did not make is never deleted)")
     p.add_argument("--to", metavar="URL", help="index into an OpenSearch cluster instead, as the flat index scores: "
                                                "http://HOST:PORT[,HOST:PORT...]/INDEX (docs/scale-out.md)")
     p.add_argument("--shards", type=int, help=f"with --to: shards of the new index (default {SHARDS})")
