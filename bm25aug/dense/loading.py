@@ -10,7 +10,8 @@ from pathlib import Path
 
 from bm25aug.dense.fetch import BGE_SMALL, ONNX_FILE, RECORD, TOKENIZER_FILE, model_folder
 from bm25aug.dense.models import (BGE, DEFAULT_DENSE_MODEL, HUB_NAMES, KINDS, MINILM, DenseModel, Kind,
-                                  OnnxDenseModel, TorchDenseModel, folder_record)
+                                  OnnxDenseModel, TorchDenseModel)
+from bm25aug.dense.record import folder_record
 from bm25aug.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -92,11 +93,12 @@ def load_folder(path: Path, kind: Kind | None = None, threads: int | None = None
         raise UserError(f"{path} does not say which dense model it holds (no {RECORD}); fix: name its kind, as "
                         f"{DEFAULT_DENSE_MODEL}={path} (kinds: {', '.join(KINDS)})")
     _check_pooling(path, kind)
-    onnx = next((p for p in (path / ONNX_FILE, path / "onnx" / ONNX_FILE) if p.is_file()), None)
-    if onnx is not None and (path / TOKENIZER_FILE).is_file():
+    # Files are found by name, whatever they are (a FIFO in a file's place is refused when checked).
+    onnx = next((p for p in (path / ONNX_FILE, path / "onnx" / ONNX_FILE) if os.path.lexists(p)), None)
+    if onnx is not None and os.path.lexists(path / TOKENIZER_FILE):
         return OnnxDenseModel(path, kind, onnx, threads)
-    weights = next((path / w for w in TORCH_WEIGHTS if (path / w).is_file()), None)
-    if weights is not None and (path / "config.json").is_file() and (path / TOKENIZER_FILE).is_file():
+    weights = next((path / w for w in TORCH_WEIGHTS if os.path.lexists(path / w)), None)
+    if weights is not None and all(os.path.lexists(path / f) for f in ("config.json", TOKENIZER_FILE)):
         return TorchDenseModel(path, kind, weights)
     raise UserError(f"{path} holds neither an ONNX graph ({ONNX_FILE}) nor transformers weights "
                     f"({' or '.join(TORCH_WEIGHTS)} with config.json), each with {TOKENIZER_FILE}; fix: pass the "

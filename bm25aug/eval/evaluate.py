@@ -230,8 +230,10 @@ def evaluate(config: EvalConfig) -> EvalResult:
              "--dense-model": config.dense_model}
     if flag := next((f for f, v in given.items() if v is not None and not (hybrid or (f == "--dense-model" and
                                                                                    method.name == "dense"))), None):
-        raise UserError(f"{flag} is for the dense peer and hybrid search, and --method {method.name} uses neither; fix: "
-                        f"drop {flag}, or use --method hybrid or augmented-hybrid")
+        why = (f"{flag} is for hybrid search's fusion, and --method dense ranks by the dense peer alone"
+               if method.name == "dense" else
+               f"{flag} is for the dense peer and hybrid search, and --method {method.name} uses neither")
+        raise UserError(f"{why}; fix: drop {flag}, or use --method hybrid or augmented-hybrid")
     checkpoint = resolve_checkpoint(config.checkpoint, dataset.name, config.transfer) if method.needs_checkpoint else None
     split = checkpoint_dev(dataset, checkpoint) if split_name == CHECKPOINT_DEV else dataset.split(split_name)
     k = config.k or (100 if dataset.is_qa else 1000)

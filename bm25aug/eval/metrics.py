@@ -17,7 +17,7 @@ import pytrec_eval
 import regex
 
 from bm25aug.data.corpus import Document
-from bm25aug.search.bm25 import Hit
+from bm25aug.search.hits import Hit
 
 log = logging.getLogger(__name__)
 QA_KS = (1, 5, 20, 100)

@@ -21,10 +21,10 @@ import hashlib
 import json
 import logging
 import os
-import stat
 from pathlib import Path
 
 from bm25aug.errors import UserError
+from bm25aug.io import open_regular
 from bm25aug.model.config import CONFIG_NAME
 
 log = logging.getLogger(__name__)
@@ -137,22 +137,9 @@ def _record_problem(record) -> str | None:
     return None
 
 
-def _open_regular(path: Path):
-    """``path`` opened for reading, once it is a regular file (a link is followed); a folder, a
-    device, a FIFO or a socket is an ``OSError`` (the open never waits: ``O_NONBLOCK``)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
-                "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket")
-        raise OSError(0, f"{kind}, not a regular file")
-    return os.fdopen(fd, "rb")
-
-
 def _read(path: Path, limit: int) -> bytes:
     """A regular file's bytes, refused beyond ``limit``."""
-    with _open_regular(path) as f:
+    with open_regular(path) as f:
         data = f.read(limit + 1)
     if len(data) > limit:
         raise OSError(0, f"over {limit} bytes")
@@ -163,7 +150,7 @@ def _digest(path: Path, size: int) -> str:
     """blake2b (16 bytes, as ``bm25aug.io.digest``) of a regular file that holds ``size`` bytes;
     at most ``size`` + 1 bytes are read."""
     h, seen = hashlib.blake2b(digest_size=16), 0
-    with _open_regular(path) as f:
+    with open_regular(path) as f:
         if (actual := os.fstat(f.fileno()).st_size) != size:
             raise OSError(0, f"{actual} bytes, not the {size} it shipped")
         while seen <= size and (chunk := f.read(min(CHUNK, size + 1 - seen))):

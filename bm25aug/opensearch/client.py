@@ -249,6 +249,11 @@ def _error(status, answer, what: str) -> ClusterError:
     else:
         kind, reason = "", str(error or answer)[:200]
     status = status if isinstance(status, int) else 0
+    if kind == "index_closed_exception":  # its reason is only "closed"
+        index = str(error.get("index") or "the index")
+        return ClusterError(f"{what}: {index} is closed (OpenSearch answered {status} {kind}), so it can be neither "
+                            f"read nor searched; fix: open it (`POST /{index}/_open`), or name an open index",
+                            status, kind)
     message = f"{what}: OpenSearch answered {status} {kind}: {reason}"
     fix = (f"check {USER_ENV} and {PASSWORD_ENV} (or the given client's credentials)" if status in (401, 403)
            else "see the cluster's health (`bm25aug cluster status`, or GET _cluster/health)" if status >= 500

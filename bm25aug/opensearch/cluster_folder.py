@@ -8,6 +8,11 @@ cluster only with such a record; one without it (a ``cluster.json`` of someone e
 files) is refused in one line and nothing in it is read further, changed or removed. A missing or
 empty folder holds no cluster. ``lock`` keeps two commands from working on one folder at once.
 
+One cluster's folder never holds another's: ``alone`` refuses a folder inside one that holds a
+``RECORD`` (``enclosing``), and one that holds a ``RECORD`` below its own (``nested``), whose
+``delete`` would remove the other cluster's data from under its running nodes; ``remove`` refuses
+too, before it removes anything, when a node folder holds another ``RECORD``.
+
 The record names the OpenSearch version its nodes run (``opensearch``: chosen when the cluster was
 made, kept for its life, as its data is that version's); a record written before versions were
 recorded ran ``UNRECORDED``, which ``read`` fills in.
@@ -16,6 +21,7 @@ recorded ran ``UNRECORDED``, which ``read`` fills in.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from contextlib import contextmanager
@@ -113,7 +119,9 @@ def write(root: Path, state: dict) -> None:
 def remove(root: Path, state: dict) -> list[str]:
     """Remove what the cluster wrote in ``root``: each node's folder, then the record (last, so that
     a removal cut short is finished by the next one), then ``root`` itself when nothing else is in
-    it. The names of what was kept (files bm25aug did not write); empty when ``root`` is gone."""
+    it. The names of what was kept (files bm25aug did not write); empty when ``root`` is gone.
+    Nothing is removed when a node folder holds another cluster's ``RECORD`` (an error)."""
+    holding(root, state)
     for node in state["nodes"]:
         home = root / node["name"]
         if home.is_symlink():
@@ -126,6 +134,49 @@ def remove(root: Path, state: dict) -> list[str]:
     if not kept:
         root.rmdir()
     return kept
+
+
+def enclosing(root: Path) -> Path | None:
+    """The nearest folder above ``root`` that holds a ``RECORD`` (another cluster's folder, which its
+    ``delete`` would remove with what is in it), or None."""
+    for parent in root.parents:
+        if (parent / RECORD).exists() or (parent / RECORD).is_symlink():
+            return parent
+    return None
+
+
+def nested(root: Path, within: list[Path] | None = None) -> Path | None:
+    """The first folder below ``root`` (in the folders ``within`` only, if given) that holds a
+    ``RECORD``: another cluster's folder (``root``'s own record aside). Links are not followed."""
+    for top in [root] if within is None else within:
+        if top.is_symlink() or not top.is_dir():
+            continue
+        for path, folders, files in os.walk(top):
+            if RECORD in files + folders and Path(path) != root:
+                return Path(path)
+    return None
+
+
+def alone(root: Path, state: dict | None) -> None:
+    """That the cluster in ``root`` (``state``; None: a new one) is neither inside another cluster's
+    folder nor holds one: the ``delete`` of the outer one would remove the inner one's data."""
+    if (outer := enclosing(root)) is not None:
+        raise UserError(f"--root {root} is inside {outer}, another cluster's folder (it holds {RECORD}), and one "
+                        f"cluster's folder never holds another's (deleting the outer one could remove the inner one's "
+                        f"data); fix: pass a --root outside {outer}")
+    if state is not None and (inner := nested(root)) is not None:
+        raise UserError(f"{root} holds another cluster's folder, {inner} (with its own {RECORD}), so one cluster's "
+                        f"`delete` would remove the other's data; fix: `bm25aug cluster delete --root {inner}` (or "
+                        f"move that folder out of {root}) first")
+
+
+def holding(root: Path, state: dict) -> None:
+    """An error, naming it, when a node folder of the cluster in ``root`` holds another cluster's
+    folder (a ``RECORD``): removing the node folder would remove that cluster's data."""
+    if (inner := nested(root, [root / node["name"] for node in state["nodes"]])) is not None:
+        raise UserError(f"{root}/{inner.relative_to(root).parts[0]} holds another cluster's folder, {inner} (with its "
+                        f"own {RECORD}), which deleting the cluster in {root} would remove; fix: `bm25aug cluster "
+                        f"delete --root {inner}` (or move that folder out) first; nothing was stopped or removed")
 
 
 @contextmanager

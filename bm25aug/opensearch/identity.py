@@ -2,7 +2,8 @@
 
 * ``identify``: what opening reads in one request (``GET /INDEX``): the mapping with its bm25aug
   record (``schema.record_of``), the index's UUID (``index.uuid``: new whenever an index of that
-  name is made, so a deleted and re-made index never has the old one's) and its result window.
+  name is made, so a deleted and re-made index never has the old one's) and its result window. An
+  alias is refused, naming its indexes (``not_an_index``, which ``bm25aug index --to`` says too).
 * ``Watch``: answers are used only from the index that was opened. After an answer arrives, the
   index is checked again (its UUID and record, one small request) unless a check that found it
   unchanged started less than ``RECHECK_S`` before; a search answered with no hits is checked at
@@ -52,6 +53,9 @@ def identify(client: Client, name: str, where: str) -> tuple[dict, str, dict, in
     if _missing(answer):
         raise UserError(f"{where}: the cluster has no index {name}; fix: make it with `bm25aug index --dataset NAME "
                         f"--to {str(where).split('?', 1)[0]}`, or name an index the cluster holds")
+    if isinstance(answer, dict) and answer and name not in answer and all(isinstance(v, dict) for v in answer.values()):
+        alias = not_an_index(name, list(answer), "bm25aug searches an index itself: its mapping, statistics and ids")
+        raise UserError(f"{where}: {alias}")
     record = record_of(answer, name, where)
 
     def read():
@@ -65,6 +69,13 @@ def identify(client: Client, name: str, where: str) -> tuple[dict, str, dict, in
 
     mapping, uuid, window = shaped(where, f"GET /{name}", read)
     return mapping, uuid, record, window
+
+
+def not_an_index(name: str, indexes: list[str], why: str) -> UserError:
+    """The error for ``name``, an alias of ``indexes`` on the cluster (its answers name them instead)."""
+    names = ", ".join(sorted(indexes))
+    return UserError(f"{name} on the cluster is an alias of {names[:200]}, not an index; fix: name an index in the URL "
+                     f"({why})")
 
 
 def engine_scale(client: Client, name: str, k1: float) -> np.float32:

@@ -34,7 +34,7 @@ from bm25aug.errors import UserError
 from bm25aug.bm25_defaults import B, FIELD, K1
 from bm25aug.data.registry import corpus_fingerprint
 from bm25aug.opensearch.client import Client, ClusterError, ClusterURL
-from bm25aug.opensearch.identity import deleted_documents
+from bm25aug.opensearch.identity import deleted_documents, not_an_index
 from bm25aug.opensearch.retry import RETRIES, attempts, retryable
 from bm25aug.opensearch.schema import (COMPLETE, ID_FIELD, INGESTING, REPLICAS, SHARDS, index_body, is_blank,
                                       raise_damaged, record_of)
@@ -162,9 +162,7 @@ def _mapping(client: Client, index: str) -> dict | None:
     if isinstance(entry, dict) and isinstance(entry.get("mappings"), dict):
         return found
     if isinstance(found, dict) and found and all(isinstance(v, dict) and "mappings" in v for v in found.values()):
-        names = ", ".join(sorted(found))
-        raise UserError(f"{index} on the cluster is an alias of {names[:200]}, not an index; fix: name an index "
-                        f"in the URL (bm25aug neither fills nor replaces an alias)")
+        raise not_an_index(index, list(found), "bm25aug neither fills nor replaces an alias")
     raise _not_opensearch(client, path, 200, found)
 
 

@@ -11,10 +11,13 @@ record, on a JDK that version runs on, with its jars fetched once with Maven (``
 
 The cluster's folder (``--root``) is bm25aug's only when it holds bm25aug's record
 (``cluster_folder``): any other folder is refused and left as it is. ``stop`` ends every node
-(SIGTERM, then SIGKILL after ``STOP_WAIT_S``) and keeps their data; ``start`` on that folder brings
-the same cluster back (names, data, ports where free), or only its nodes that do not run.
-``delete`` stops the nodes and removes what the cluster wrote. ``kill_node``/``start_node`` crash
-and restart one node (the fault tests).
+(SIGTERM, then SIGKILL after ``node_processes.STOP_WAIT_S``) and keeps their data; ``start`` on
+that folder brings the same cluster back (names, data, ports where free), or only its nodes that do
+not run. ``delete`` stops the nodes and removes what the cluster wrote. One cluster's folder is never
+inside another's, nor holds one (``cluster_folder.alone``). A node that runs from the folder without
+its record holding it (the record removed, or the folder with it) is found by its process
+(``node_processes.strays``): ``status`` names it, ``stop`` and ``delete`` end it, ``start`` refuses
+until it is ended. ``kill_node``/``start_node`` crash and restart one node (the fault tests).
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -33,11 +35,13 @@ from bm25aug.io import CACHE_ROOT
 from bm25aug.opensearch import cluster_folder as folder
 from bm25aug.opensearch.client import Client, ClusterURL
 from bm25aug.opensearch.launcher import DEFAULT as OPENSEARCH, engine, fetch, java_home
+from bm25aug.opensearch.node_processes import alive as _alive, end as _end, launch as _launch, log as _log, named
+from bm25aug.opensearch.node_processes import reason as _reason, send as _signal, strays
 from bm25aug.opensearch.node_settings import cluster_name, place
 
 ROOT = Path(os.environ.get("BM25AUG_CLUSTER_ROOT", CACHE_ROOT / "cluster"))
 NODES, HEAP = 3, "1g"  # three manager-eligible nodes: any one may die and a manager is still elected
-START_WAIT_S, STOP_WAIT_S = 180.0, 30.0
+START_WAIT_S = 180.0
 BIND_TRIES = 3  # launches of a node whose port another program took between our check and its bind
 
 
@@ -65,7 +69,13 @@ def start(nodes: int | None = None, root: Path = ROOT, heap: str | None = None, 
     if opensearch is not None:
         engine(opensearch)  # one a local cluster runs
     with folder.lock(root):
-        state = folder.read(root)
+        folder.alone(root, None)  # (before `_found`: a folder inside another cluster's is refused as that)
+        state, running = _found(root)
+        if running:
+            raise UserError(f"nodes of a cluster run from {root} without its record holding them ({named(running)}), "
+                            f"and a node started now would share their data; fix: `bm25aug cluster stop --root "
+                            f"{root}` first")
+        folder.alone(root, state)
         if state is None:
             return _start_new(root, nodes or NODES, heap or HEAP, opensearch or OPENSEARCH)
         if opensearch not in (None, state["opensearch"]):
@@ -148,21 +158,6 @@ def _launch_all(state: dict, nodes: list[dict]) -> None:
         folder.write(Path(state["root"]), state)
 
 
-def _launch(state: dict, node: dict) -> int:
-    path = Path(node["home"]) / "node.log"
-    node["log_from"] = path.stat().st_size if path.exists() else 0  # where this launch's lines begin
-    log = open(path, "ab")
-    command = [str(Path(state["java"]) / "bin" / "java"), f"-Xms{state['heap']}", f"-Xmx{state['heap']}",
-               "-XX:+UseSerialGC", "-Dfile.encoding=UTF-8", "-Djava.awt.headless=true", "-Dlog4j2.disable.jmx=true",
-               "-Dopensearch.networkaddress.cache.ttl=60",
-               "-cp", os.pathsep.join([str(Path(state["build"]) / "classes"), str(Path(state["build"]) / "lib" / "*")]),
-               "ClusterNode", node["home"]]
-    with log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True)
-    return process.pid
-
-
 def wait_ready(state: dict, nodes: int, timeout: float = START_WAIT_S, status: str = "red") -> None:
     """Wait until ``nodes`` nodes form the cluster (``status`` green: and every shard copy is
     active); a ``StartFailed`` with a dead node's reason, or the last health seen, otherwise."""
@@ -202,25 +197,6 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _log(node: dict) -> str:
-    """What the node's JVM wrote since its last launch."""
-    try:
-        with open(Path(node["home"]) / "node.log", "rb") as f:
-            f.seek(node.get("log_from", 0))
-            return f.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
-def _reason(node: dict) -> str:
-    """Why a node's JVM ended, from what it wrote since its launch: the last ERROR line or uncaught
-    exception (the line that leads its stack trace), else (a JVM that did not start, such as one
-    refused its heap) its last lines."""
-    lines = [line for line in _log(node).splitlines() if line.strip()]
-    errors = [line for line in lines if "ERROR" in line or line.startswith("Exception")]
-    return " ".join(" ".join(errors[-1:] or lines[-3:] or ["no output"]).split())[:300]
-
-
 def _keep_logs(state: dict) -> Path:
     """Each node's log copied to a new temporary folder (``<name>/node.log``), before its own goes."""
     kept = Path(tempfile.mkdtemp(prefix="bm25aug-cluster-logs-"))
@@ -235,9 +211,13 @@ def _keep_logs(state: dict) -> Path:
 def status(root: Path = ROOT) -> dict:
     """Each node's process and the cluster's health, as the cluster itself reports it."""
     root = folder.folder(root)
-    state = folder.read(root)
+    state, running = _found(root)
+    if state is None and running:
+        raise UserError(f"no cluster record in {root}, but nodes of a cluster run from it ({named(running)}): its "
+                        f"record was removed; fix: `bm25aug cluster stop --root {root}` ends them")
     if state is None:
         raise UserError(f"no cluster in {root}; fix: `bm25aug cluster start --root {root}`")
+    state["strays"] = running
     for node in state["nodes"]:
         node["running"] = _alive(node)
     if not any(node["running"] for node in state["nodes"]):
@@ -259,57 +239,56 @@ def elected_manager(client: Client) -> str | None:
     return node["name"] if node else None
 
 
-def _ended(root: Path, then) -> tuple[int, dict, object] | None:
-    """Under the folder's lock: end the nodes of the cluster in ``root``, then ``then(root, state)``;
-    how many were running, the state and what ``then`` gave (None: ``root`` holds no cluster)."""
+def _found(root: Path) -> tuple[dict | None, list[dict]]:
+    """The cluster recorded in ``root`` (None: none) and the nodes that run from it without its record
+    holding them (``strays``). A folder that is no cluster's is refused (``folder.read``) unless such
+    nodes run from it (their record was removed): its state is then None."""
+    try:
+        state = folder.read(root)
+    except UserError:
+        if not (running := strays(root, [])):
+            raise
+        return None, running
+    return state, strays(root, state["nodes"] if state else [])
+
+
+def _ended(root: Path, then, before=None) -> dict | None:
+    """Under the folder's lock: ``before(root, state)`` (it may refuse), then end every node that runs
+    from ``root`` (its cluster's and ``strays``), then ``then(root, state)``; ``stopped``: how many
+    ran, ``state`` (None: ``root`` holds no record), ``strays`` (in words, '' when none) and what
+    ``then`` gave (as ``done``). None: no cluster in ``root``, and no node runs from it."""
     root = folder.folder(root)
     with folder.lock(root):
-        if (state := folder.read(root)) is None:
+        state, running = _found(root)
+        if state is None and not running:
             return None
-        return _end(state["nodes"]), state, then(root, state)
+        if state is not None and before is not None:
+            before(root, state)
+        strays = named(running)  # (before they end: their pids)
+        ended = _end(running + (state["nodes"] if state else []))
+        done = None if state is None else then(root, state)
+        return {"stopped": ended, "state": state, "strays": strays, "done": done}
 
 
 def stop(root: Path = ROOT) -> int | None:
-    """End every node of the cluster in ``root``, keeping its folder and data; how many nodes were
-    running (None: ``root`` holds no cluster)."""
+    """End every node of the cluster in ``root`` (and any that runs from it without being in its
+    record), keeping its folder and data; how many nodes were running (None: ``root`` holds no
+    cluster, and no node runs from it)."""
     done = _ended(root, folder.write)
-    return None if done is None else done[0]
+    return None if done is None else done["stopped"]
 
 
 def delete(root: Path = ROOT) -> dict | None:
     """End the cluster's nodes if they run and remove what it wrote in ``root`` (``root`` too, when
-    nothing else is in it): ``stopped`` nodes, the ``nodes`` removed, the names ``kept`` in ``root``
-    (None: ``root`` holds no cluster)."""
-    if (done := _ended(root, folder.remove)) is None:
+    nothing else is in it): ``stopped`` nodes, the ``nodes`` removed, the names ``kept`` in ``root``,
+    the ``strays`` ended, ``recorded``: whether ``root`` held a cluster (when not, nothing is removed;
+    None: nor did any node run from it). Refused, before anything is ended, when a node folder holds
+    another cluster's folder (``folder.holding``)."""
+    if (done := _ended(root, folder.remove, before=folder.holding)) is None:
         return None
-    ended, state, kept = done
-    return {"stopped": ended, "nodes": [node["name"] for node in state["nodes"]], "kept": kept}
-
-
-def _end(nodes: list[dict]) -> int:
-    """SIGTERM to each running node, SIGKILL to those still running after ``STOP_WAIT_S``; how many
-    ran. Every node's pid is 0 afterwards."""
-    running = [n for n in nodes if _alive(n)]
-    for node in running:
-        _signal(node, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_WAIT_S
-    while any(_alive(n) for n in running) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    for node in running:
-        if _alive(node):
-            _signal(node, signal.SIGKILL)
-    while any(_alive(n) for n in running):
-        time.sleep(0.1)
-    for node in nodes:
-        node["pid"] = 0
-    return len(running)
-
-
-def _signal(node: dict, number: int) -> None:
-    try:
-        os.kill(node["pid"], number)
-    except ProcessLookupError:  # it ended meanwhile
-        pass
+    state = done["state"]
+    return {"stopped": done["stopped"], "nodes": [node["name"] for node in state["nodes"]] if state else [],
+            "kept": done["done"], "strays": done["strays"], "recorded": state is not None}
 
 
 def kill_node(state: dict, name: str) -> None:
@@ -339,24 +318,6 @@ def _node(state: dict, name: str) -> dict:
     raise UserError(f"the cluster has no node {name!r}; fix: name one of {[n['name'] for n in state['nodes']]}")
 
 
-def _alive(node: dict) -> bool:
-    """Whether the node's process runs (a pid reused by another program does not count)."""
-    pid = node.get("pid") or 0
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            command = f.read().split(b"\0")
-    except OSError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
-                os.waitpid(pid, os.WNOHANG)
-                return False
-    except (OSError, IndexError, ChildProcessError):
-        pass
-    return b"ClusterNode" in command and node["home"].encode() in command
-
-
 def run(args) -> None:
     """``bm25aug cluster start|status|stop|delete``."""
     root = folder.folder(args.root or ROOT)
@@ -373,15 +334,21 @@ def run(args) -> None:
         for node in state["nodes"]:
             print(f"{node['name']}: {'running' if node['running'] else 'stopped'} (pid {node['pid']}, "
                   f"http 127.0.0.1:{node['http']})" + (", elected manager" if node["name"] == state.get("manager") else ""))
+        for node in state["strays"]:
+            print(f"{node['name']}: running without being in the record (pid {node['pid']}; `bm25aug cluster stop "
+                  f"--root {root}` ends it)")
         health = state["health"]
         print(f"health: {health.get('status')} ({health.get('number_of_nodes', 0)} nodes)"
               + (f": {health['error']}" if "error" in health else ""))
         print(state["url"])
     elif args.action == "stop":
-        ended = stop(root)
-        print(f"no cluster in {root}: nothing to stop" if ended is None else
-              f"stopped {ended} nodes; their data stays in {root} (`bm25aug cluster start --root {root}` starts "
-              f"them again, `bm25aug cluster delete --root {root}` removes it)")
+        done = _ended(root, folder.write)
+        strays = f" ({done['strays']}: not in its record, stopped too)" if done and done["strays"] else ""
+        print(f"no cluster in {root}: nothing to stop" if done is None else
+              f"stopped {done['stopped']} nodes that ran from {root} with no cluster record there ({done['strays']}); "
+              f"nothing in the folder was changed" if done["state"] is None else
+              f"stopped {done['stopped']} nodes{strays}; their data stays in {root} (`bm25aug cluster start --root "
+              f"{root}` starts them again, `bm25aug cluster delete --root {root}` removes it)")
     else:
         _print_deleted(root, delete(root))
 
@@ -389,6 +356,9 @@ def run(args) -> None:
 def _print_deleted(root: Path, done: dict | None) -> None:
     if done is None:
         print(f"no cluster in {root}: nothing removed")
+    elif not done["recorded"]:
+        print(f"stopped {done['stopped']} nodes that ran from {root} with no cluster record there ({done['strays']}); "
+              f"nothing removed (without its record, bm25aug does not know what in that folder it wrote)")
     elif not done["kept"]:
         print(f"stopped {done['stopped']} nodes; removed {root} ({', '.join(done['nodes'])}: their data and logs)")
     else:

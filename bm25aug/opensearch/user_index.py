@@ -6,6 +6,8 @@ on the user's own client). Opening it reads, and only reads:
 
 * **the field's mapping**: a ``text`` field (a multi-field such as ``body.english`` too), indexed
   with its frequencies and norms, as BM25 over the flat index needs, whose text ``_source`` keeps;
+  inside plain objects (``doc.body``) but not a ``nested`` one, whose objects are hidden documents
+  of their own that a search of the index's documents never reaches (it would find nothing);
 * **its similarity**: the field's, else the index's ``default``, else OpenSearch's BM25 (k1 1.2,
   b 0.75). It must be BM25; its k1 and b are the index's own, and a searcher given others is
   refused with the ones to pass (as for an index bm25aug made). Scores are divided by what the
@@ -146,8 +148,10 @@ class UserLayout:
 def field_spec(mapping: dict, field: str, where: str) -> tuple[dict, tuple[str, ...]]:
     """The mapping of ``field`` (a dotted path through objects and multi-fields), checked to be a
     ``text`` field BM25 can score as the flat index does, and the path of its ``_source``."""
-    spec, node, source = None, mapping if isinstance(mapping, dict) else {}, []
+    spec, node, source, nested = None, mapping if isinstance(mapping, dict) else {}, [], None
     for part in field.split("."):
+        if nested is None and spec is not None and spec.get("type") == "nested":
+            nested = ".".join(source)  # (a nested field's own name is a path of objects' names)
         holders = [(node.get("properties") or {}, True), (node.get("fields") or {}, False)]
         found = next(((h[part], own) for h, own in holders if isinstance(h, dict) and isinstance(h.get(part), dict)),
                      None)
@@ -161,6 +165,12 @@ def field_spec(mapping: dict, field: str, where: str) -> tuple[dict, tuple[str, 
         kind = "not in its mapping" if spec is None else f"of type {spec.get('type', 'object')}"
         raise UserError(f"{where}: field {field!r} is {kind}, and bm25aug searches a text field; fix: name one of "
                         f"the index's text fields in ?field= ({texts})")
+    if nested is not None:
+        other = f"name a text field outside nested objects ({texts}), or " if texts != "none" else ""
+        raise UserError(f"{where}: field {field!r} is in a nested object ({nested!r} is of type nested: each of its "
+                        f"objects is indexed as a hidden document of its own, which a search of the index's documents "
+                        f"does not reach), so every search would find nothing; fix: {other}index the corpus with "
+                        f"`bm25aug index --dataset NAME --to URL`")
     wrong = ("it is not indexed (index: false)" if spec.get("index") is False else
              "it keeps no norms (norms: false), so BM25 cannot weigh document length" if spec.get("norms") is False
              else "it keeps no term frequencies (index_options: docs)" if spec.get("index_options") == "docs" else None)
@@ -179,7 +189,8 @@ def listed(mapping: dict, most: int = 8) -> str:
 
 
 def text_fields(mapping: dict, prefix: str = "") -> list[str]:
-    """The paths of the ``text`` fields of a mapping, multi-fields included (``body.english``)."""
+    """The paths of the ``text`` fields of a mapping, multi-fields included (``body.english``), those
+    in ``nested`` objects left out (a search of the index's documents does not reach them)."""
     found = []
     for name, spec in (mapping.get("properties") or {}).items() if isinstance(mapping, dict) else ():
         if not isinstance(spec, dict):
@@ -187,7 +198,7 @@ def text_fields(mapping: dict, prefix: str = "") -> list[str]:
         if spec.get("type", "object") == "text":
             found.append(prefix + name)
         found += text_fields({"properties": spec.get("fields") or {}}, f"{prefix}{name}.")
-        found += text_fields(spec, f"{prefix}{name}.") if "properties" in spec else []
+        found += text_fields(spec, f"{prefix}{name}.") if "properties" in spec and spec.get("type") != "nested" else []
     return found
 
 

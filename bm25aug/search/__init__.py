@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-_EXPORTS = {"AugmentedSearcher": "bm25aug.search.augmented", "AugmentedQuery": "bm25aug.search.augmented", "BM25Searcher": "bm25aug.search.bm25", "Hit": "bm25aug.search.bm25", "ExpansionSearcher": "bm25aug.search.peers", "HybridSearcher": "bm25aug.search.hybrid", "Fusion": "bm25aug.search.hybrid", "read_trec_run": "bm25aug.search.trec", "write_trec_run": "bm25aug.search.trec"}
+_EXPORTS = {"AugmentedSearcher": "bm25aug.search.augmented", "AugmentedQuery": "bm25aug.search.augmented", "BM25Searcher": "bm25aug.search.bm25", "Hit": "bm25aug.search.hits", "Searcher": "bm25aug.search.hits", "DenseSearcher": "bm25aug.search.dense", "ExpansionSearcher": "bm25aug.search.peers", "HybridSearcher": "bm25aug.search.hybrid", "Fusion": "bm25aug.search.hybrid", "read_trec_run": "bm25aug.search.trec", "write_trec_run": "bm25aug.search.trec"}
 __all__ = sorted(_EXPORTS)
 
 

@@ -19,8 +19,9 @@ from bm25aug.limits import check, check_query
 from bm25aug.ranking import TopK
 from bm25aug.bm25_defaults import B, FIELD, K1, TITLE_FIELD
 from bm25aug.model.encoder import QueryEncoder, cut_anywhere, encode_queries, prune
-from bm25aug.search.batch import CHUNK, PIECE, check_qids, search_chunks
-from bm25aug.search.bm25 import BM25Searcher, Hit
+from bm25aug.search.batch import CHUNK, PIECE, search_chunks
+from bm25aug.search.bm25 import BM25Searcher
+from bm25aug.search.hits import Hit, Searches
 from bm25aug.search.feedback import reading_feedback
 
 # The index flavors a model of each target searches: a flat model's terms are the English
@@ -61,7 +62,7 @@ class AugmentedQuery:
         return "\n".join(lines)
 
 
-class AugmentedSearcher:
+class AugmentedSearcher(Searches):
     """BM25 with queries rewritten by a ``QueryEncoder`` (a trained model), over the index of its
     target: ``wp``, or ``flat`` (Lucene's English analyzer, as Pyserini's prebuilt indexes; a
     multifield one too: each term on both fields, weighted by ``fields``, default
@@ -140,9 +141,6 @@ class AugmentedSearcher:
         """That the index holds ``dataset``'s very corpus (``Index.verify``)."""
         self.bm25.verify(dataset)
 
-    def search(self, query: str, k: int = 1000) -> list[Hit]:
-        return self.hits(self.search_arrays(query, k))
-
     def term_lists(self, queries: list[str], threads: int = 1) -> list[dict[str, float]]:
         """``term_list`` for many queries (``encode_queries``, ``encode_batch_size`` a pass, on
         ``threads`` threads): the same lists ``bm25aug export`` writes for this list of queries."""
@@ -167,8 +165,3 @@ class AugmentedSearcher:
                                   desc: str | None = None) -> list[TopK]:
         """Term lists this searcher made (``term_lists``) searched as it searches them (its ``fields``)."""
         return self.bm25.batch_search_terms_arrays(term_lists, k, threads, desc, self.fields)
-
-    def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, threads: int = 1) -> dict[str, list[Hit]]:
-        """Pyserini's ``batch_search``: ``{qid: hits}`` (``batch_search_arrays`` without ``Hit``s is faster)."""
-        check_qids(queries, qids)
-        return dict(zip(qids, map(self.hits, self.batch_search_arrays(queries, k, threads))))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -22,7 +22,8 @@ from bm25aug.limits import check_query
 from bm25aug.ranking import EMPTY, TopK
 from bm25aug.backend import ANALYZED
 from bm25aug.bm25_defaults import B, FIELD, K1
-from bm25aug.search.batch import check_qids, search_chunks
+from bm25aug.search.batch import search_chunks
+from bm25aug.search.hits import Hit, Searches, to_hits
 from bm25aug.search.indexes import field_weights, open_index
 from bm25aug.search.term_lists import check_terms
 from bm25aug.tokenization import query_term_counts
@@ -30,14 +31,7 @@ from bm25aug.tokenization import query_term_counts
 log = logging.getLogger(__name__)
 
 
-class Hit(NamedTuple):
-    """One retrieved document, like Pyserini's ``JScoredDoc`` (``docid``, ``score``)."""
-
-    docid: str
-    score: float
-
-
-class BM25Searcher:
+class BM25Searcher(Searches):
     """BM25 over a bm25aug index of any flavor (``K1``, ``B`` by default, as Pyserini's BEIR runs), or
     over a flat index on an OpenSearch cluster when ``index_dir`` is its URL: ``bm25aug.search.indexes.open_index``
     opens either.
@@ -120,9 +114,6 @@ class BM25Searcher:
     def hits(self, top: TopK) -> list[Hit]:
         return to_hits(self.index.docids, top)
 
-    def search(self, query: str, k: int = 1000) -> list[Hit]:
-        return self.hits(self.search_arrays(query, k))
-
     def search_terms(self, terms: dict[str, float], k: int = 1000, fields: dict[str, float] | None = None) -> list[Hit]:
         return self.hits(self.search_terms_arrays(terms, k, fields))
 
@@ -158,15 +149,6 @@ class BM25Searcher:
         return search_chunks(self.index, self.index.terms_kind(fields),
                              lambda chunk: [self.terms_element(t, fields) for t in chunk], list(term_lists), k, threads, desc)
 
-    def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, threads: int = 1) -> dict[str, list[Hit]]:
-        """Pyserini's ``batch_search``: ``{qid: hits}`` (``batch_search_arrays`` without ``Hit``s is faster)."""
-        check_qids(queries, qids)
-        return dict(zip(qids, map(self.hits, self.batch_search_arrays(queries, k, threads))))
-
-
-def to_hits(docids: np.ndarray, top: TopK) -> list[Hit]:
-    """Hits of ``top`` with external ids from an index's id table (``bm25aug.lucene.reader.read_docids``)."""
-    return list(map(Hit, docids[top.lucene_ids].tolist(), top.scores.tolist()))
 
 
 def mean_added_terms(searcher: BM25Searcher, queries: list[str], term_lists: list[dict[str, float]]) -> float:

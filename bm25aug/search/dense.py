@@ -22,6 +22,7 @@ from bm25aug.limits import check, check_query
 from bm25aug.ranking import EMPTY, TopK
 from bm25aug.lucene.reader import LuceneIndex
 from bm25aug.progress import progress
+from bm25aug.search.hits import Searches, to_hits
 from bm25aug.search.indexes import folder_only
 
 __all__ = ["DenseSearcher", "ExactSearcher", "corpus_embeddings", "load_dense_model", "top_rows"]
@@ -38,7 +39,7 @@ def top_rows(scores: np.ndarray, k: int) -> TopK:
     return TopK(best[order].astype(np.int64), scores[best[order]].astype(np.float32))
 
 
-class ExactSearcher:
+class ExactSearcher(Searches):
     """Exact search over every document's vector of an index (a ``LuceneIndex``, or the folder
     ``peer`` opens); hits as ``BM25Searcher``'s. A peer sets ``model`` (queries' vectors) and
     says how a query's vector scores every document (``scores``)."""
@@ -58,8 +59,6 @@ class ExactSearcher:
         self.index.verify(dataset)
 
     def hits(self, top: TopK):
-        from bm25aug.search.bm25 import to_hits
-
         return to_hits(self.index.docids, top)
 
     def scores(self, query_vector) -> np.ndarray:

@@ -31,32 +31,37 @@ from bm25aug.bm25_defaults import B, K1
 from bm25aug.lucene.reader import LuceneIndex
 from bm25aug.ranking import EMPTY, TopK
 from bm25aug.search.dense import DenseSearcher
+from bm25aug.search.hits import Searches
 
 FUSIONS = ("rrf", "interpolation")
 RRF_K = 60  # Cormack et al.'s constant, as Pyserini's fusion uses
+INTERPOLATION_WEIGHT = 0.4  # the sparse side's share (module docstring)
 
 
 @dataclass(frozen=True)
 class Fusion:
     """How two runs are fused. ``weight``: interpolation's share of the sparse side (the dense
-    side gets the rest); ``depth``: the hits each side contributes (at least the k asked for)."""
+    side gets the rest; None: ``INTERPOLATION_WEIGHT``), never given with rrf, which weighs the two
+    lists alike; ``depth``: the hits each side contributes (at least the k asked for)."""
 
     method: str = "interpolation"  # the defaults: chosen on the shared sets' dev splits (module docstring)
-    weight: float = 0.4
+    weight: float | None = None
     depth: int = 1000
     rrf_k: int = RRF_K
 
     def __post_init__(self) -> None:
         if self.method not in FUSIONS:
             raise UserError(f"unknown fusion {self.method!r}; fix: use one of {', '.join(FUSIONS)}")
-        check("fusion_weight", self.weight)
+        refuse_rrf_weight(self.method, self.weight is not None)
+        if self.method == "interpolation":
+            object.__setattr__(self, "weight", INTERPOLATION_WEIGHT if self.weight is None else self.weight)
+            check("fusion_weight", self.weight)
         check("fusion_depth", self.depth)
         check("rrf_k", self.rrf_k, option="rrf_k")
 
     @classmethod
     def given(cls, method: str | None = None, weight: float | None = None, depth: int | None = None) -> "Fusion":
         """The default fusion with the settings given (None: the default's)."""
-        refuse_rrf_weight(method, weight is not None)
         settings = {"method": method, "weight": weight, "depth": depth}
         return cls(**{name: value for name, value in settings.items() if value is not None})
 
@@ -80,14 +85,14 @@ class Fusion:
         return f"{self.method} ({how}, depth {self.depth})"
 
 
-DEFAULT_FUSION = Fusion()
-
-
 def refuse_rrf_weight(method: str | None, weight_given: bool) -> None:
     """A weight given with rrf would be ignored: one line instead (the API, the commands, serve)."""
     if method == "rrf" and weight_given:
         raise UserError("a fusion weight is interpolation's, and rrf weighs the two lists alike; fix: drop the "
                         "weight, or use interpolation")
+
+
+DEFAULT_FUSION = Fusion()
 
 
 def fuse(sparse: TopK, dense: TopK, k: int, fusion: Fusion, id_order: np.ndarray) -> TopK:
@@ -104,7 +109,7 @@ def fuse(sparse: TopK, dense: TopK, k: int, fusion: Fusion, id_order: np.ndarray
     return TopK(found[order], scores[order])
 
 
-class HybridSearcher:
+class HybridSearcher(Searches):
     """A sparse searcher (``BM25Searcher`` on a flat index, or an ``AugmentedSearcher``) fused with
     a ``DenseSearcher`` of the same index; hits, ``search`` and batches as the other searchers'."""
 
@@ -153,9 +158,6 @@ class HybridSearcher:
         return fuse(self.sparse.search_arrays(query, depth), self.dense.search_arrays(query, depth), k, self.fusion,
                     self.id_order)
 
-    def search(self, query: str, k: int = 1000):
-        return self.hits(self.search_arrays(query, k))
-
     def batch_search_arrays(self, queries: list[str], k: int = 1000, threads: int = 1,
                             desc: str | None = None, term_lists: list[dict[str, float]] | None = None) -> list[TopK]:
         """``term_lists``: the sparse model's own term lists of ``queries`` (``AugmentedSearcher.term_lists``),
@@ -165,9 +167,6 @@ class HybridSearcher:
             self.sparse.batch_search_terms_arrays(term_lists, depth, threads, desc)
         dense = self.dense.batch_search_arrays(queries, depth, threads, desc and f"{desc} (dense)")
         return [fuse(s, d, k, self.fusion, self.id_order) for s, d in zip(sparse, dense)]
-
-    def batch_search(self, queries: list[str], qids: list[str], k: int = 1000, threads: int = 1) -> dict:
-        return {q: self.hits(t) for q, t in zip(qids, self.batch_search_arrays(queries, k, threads))}
 
 
 def local_index(sparse) -> LuceneIndex:

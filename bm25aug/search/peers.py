@@ -20,12 +20,13 @@ from bm25aug.limits import check, check_query
 from bm25aug.ranking import EMPTY, TopK
 from bm25aug.bm25_defaults import B, K1
 from bm25aug.lucene.reader import read_docids
+from bm25aug.search.hits import Searches, to_hits
 from bm25aug.search.indexes import folder_only
 
 EXPANSIONS = ("rm3", "rocchio")
 
 
-class ExpansionSearcher:
+class ExpansionSearcher(Searches):
     """``search_arrays``/``hits`` like ``BM25Searcher``, over Pyserini's searcher with RM3 or Rocchio."""
 
     def __init__(self, index_dir: str | Path, expansion: str, k1: float = K1, b: float = B):
@@ -75,6 +76,4 @@ class ExpansionSearcher:
         verify_index(self.index_dir, dataset, self.docids)
 
     def hits(self, top: TopK):
-        from bm25aug.search.bm25 import to_hits
-
         return to_hits(self.docids, top)

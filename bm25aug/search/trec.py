@@ -13,7 +13,7 @@ from bm25aug.errors import UserError
 from bm25aug.io import atomic_write_text, read_lines
 from bm25aug.limits import ID_RULE, run_id_ok
 from bm25aug.ranking import TopK
-from bm25aug.search.bm25 import Hit
+from bm25aug.search.hits import Hit
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from bm25aug.errors import UserError
 from bm25aug.limits import JAVA_INT_MAX, MAX_CLAUSES, MAX_QUERY_CHARS, RUNTIMES, check_choice
 from bm25aug.bm25_defaults import B, K1
-from bm25aug.search.hybrid import DEFAULT_FUSION, Fusion, refuse_rrf_weight
+from bm25aug.search.hybrid import DEFAULT_FUSION, Fusion
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # an index name is one URL path segment
 ENTRY_KEYS = ("index", "model", "dense")  # what an entry of a config file's ``indexes`` may hold
@@ -66,7 +66,7 @@ class ServeConfig:
     b: float = B
     # hybrid's fusion (bm25aug.search.hybrid.Fusion), for the indexes served with a dense model
     fusion: str = DEFAULT_FUSION.method
-    fusion_weight: float = DEFAULT_FUSION.weight
+    fusion_weight: float | None = None  # interpolation's default, bm25aug.search.hybrid.INTERPOLATION_WEIGHT
     fusion_depth: int = DEFAULT_FUSION.depth
     # Host and Origin headers answered (others: 421, 403); "*" allows any, for use behind a proxy
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
@@ -80,13 +80,10 @@ class ServeConfig:
 
     def __post_init__(self) -> None:
         check_choice("query encoder runtime", self.runtime, RUNTIMES)
-        fusion = (self.fusion, self.fusion_weight, self.fusion_depth)
-        Fusion(*fusion)  # checked: one line naming the setting
-        default = (DEFAULT_FUSION.method, DEFAULT_FUSION.weight, DEFAULT_FUSION.depth)
-        if fusion != default and not any(spec.dense for spec in self.indexes):
+        fusion = Fusion(self.fusion, self.fusion_weight, self.fusion_depth)  # checked: one line naming the setting
+        if fusion != DEFAULT_FUSION and not any(spec.dense for spec in self.indexes):
             raise UserError("fusion settings are for indexes served with --dense (methods dense and hybrid), and none "
                             "is; fix: add --dense NAME=MODEL, or drop the fusion settings")
-        refuse_rrf_weight(self.fusion, self.fusion_weight != DEFAULT_FUSION.weight)
         for name, low, high in (("port", 0, 65535), ("max_hits", 1, JAVA_INT_MAX), ("max_batch", 1, 4096),
                                 ("max_queue", 1, 1_000_000), ("workers", 1, 64), ("threads", 1, 1024),
                                 ("max_query_chars", 1, MAX_QUERY_CHARS), ("doc_cache", 0, 100_000_000),
@@ -161,6 +158,9 @@ def _per_index(flags: list[str] | None, option: str, names: list[str]) -> dict[s
         if name not in names:
             raise UserError(f"{option} {name}={path}: no --index is named {name!r}; fix: use one of "
                             f"{', '.join(names) or '(none: add --index NAME=PATH)'}")
+        if name in found:
+            raise UserError(f"{option} is given twice for index {name!r} ({found[name]} and {path}); fix: give "
+                            f"each index one {option}, or serve the other under its own --index name")
         found[name] = path
     return found
 
