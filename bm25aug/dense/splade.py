@@ -59,13 +59,15 @@ class SpladeModel:
 
         files = _checked_digests(folder)
         self.torch, self.folder, self.name = torch, folder, name
+        what = "tokenizer"
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+            what = "masked language model"
             self.model = AutoModelForMaskedLM.from_pretrained(folder, local_files_only=True).eval()
-        except (OSError, ValueError, KeyError) as e:
-            raise UserError(f"{folder} holds no masked language model and tokenizer transformers can load "
-                            f"({type(e).__name__}); fix: pass a SPLADE model's folder (config.json, its weights "
-                            f"and tokenizer), or {SPLADE_TINY}") from None
+        except Exception as e:  # transformers', tokenizers' (a bare Exception) and safetensors' own types
+            why = f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
+            raise UserError(f"{folder} holds no {what} transformers can load ({why}); fix: pass a SPLADE model's "
+                            f"folder (config.json, its weights and tokenizer), or {SPLADE_TINY}") from None
         self.dim = int(self.model.config.vocab_size)
         self.pad = self.tokenizer.pad_token_id or 0
         self.digest = source_key("splade-model", RECIPE, MAX_TOKENS, files)

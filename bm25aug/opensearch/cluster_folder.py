@@ -9,9 +9,11 @@ files) is refused in one line and nothing in it is read further, changed or remo
 empty folder holds no cluster. ``lock`` keeps two commands from working on one folder at once.
 
 One cluster's folder never holds another's: ``alone`` refuses a folder inside one that holds a
-``RECORD`` (``enclosing``), and one that holds a ``RECORD`` below its own (``nested``), whose
-``delete`` would remove the other cluster's data from under its running nodes; ``remove`` refuses
-too, before it removes anything, when a node folder holds another ``RECORD``.
+``RECORD`` (``enclosing``; one with its own ``RECORD`` too, made before this was refused, is told
+how to delete it or leave it stopped), and one that holds a ``RECORD`` below its own (``nested``),
+whose ``delete`` would remove the other cluster's data from under its running nodes; ``remove``
+refuses too, before it removes anything, when a node folder holds another ``RECORD``. (A node of
+a nested cluster whose record is gone is found by its process: ``node_processes.inside``.)
 
 The record names the OpenSearch version its nodes run (``opensearch``: chosen when the cluster was
 made, kept for its life, as its data is that version's); a record written before versions were
@@ -160,7 +162,13 @@ def nested(root: Path, within: list[Path] | None = None) -> Path | None:
 def alone(root: Path, state: dict | None) -> None:
     """That the cluster in ``root`` (``state``; None: a new one) is neither inside another cluster's
     folder nor holds one: the ``delete`` of the outer one would remove the inner one's data."""
-    if (outer := enclosing(root)) is not None:
+    if (outer := enclosing(root)) is not None and ((root / RECORD).exists() or (root / RECORD).is_symlink()):
+        raise UserError(f"--root {root} holds a cluster (its own {RECORD}, made before bm25aug refused this) inside "
+                        f"{outer}, another cluster's folder, and one cluster's folder never holds another's (deleting "
+                        f"the outer one could remove the inner one's data), so it is not started there again; fix: "
+                        f"`bm25aug cluster delete --root {root}` removes it and its data, or leave it stopped "
+                        f"(`bm25aug cluster stop --root {root}`) with its data and start a cluster outside {outer}")
+    if outer is not None:
         raise UserError(f"--root {root} is inside {outer}, another cluster's folder (it holds {RECORD}), and one "
                         f"cluster's folder never holds another's (deleting the outer one could remove the inner one's "
                         f"data); fix: pass a --root outside {outer}")

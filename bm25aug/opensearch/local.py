@@ -14,10 +14,12 @@ The cluster's folder (``--root``) is bm25aug's only when it holds bm25aug's reco
 (SIGTERM, then SIGKILL after ``node_processes.STOP_WAIT_S``) and keeps their data; ``start`` on
 that folder brings the same cluster back (names, data, ports where free), or only its nodes that do
 not run. ``delete`` stops the nodes and removes what the cluster wrote. One cluster's folder is never
-inside another's, nor holds one (``cluster_folder.alone``). A node that runs from the folder without
-its record holding it (the record removed, or the folder with it) is found by its process
-(``node_processes.strays``): ``status`` names it, ``stop`` and ``delete`` end it, ``start`` refuses
-until it is ended. ``kill_node``/``start_node`` crash and restart one node (the fault tests).
+inside another's, nor holds one (``cluster_folder.alone``), nor a running node of one
+(``node_processes.enclosed``), checked again just before a new cluster's record is written. A
+node that runs from the folder without its record holding it (the record removed, or the folder
+with it) is found by its process (``node_processes.strays``): ``status`` names it, ``stop`` and
+``delete`` end it, ``start`` refuses until it is ended. ``kill_node``/``start_node`` crash and
+restart one node (the fault tests).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from bm25aug.opensearch import cluster_folder as folder
 from bm25aug.opensearch.client import Client, ClusterURL
 from bm25aug.opensearch.launcher import DEFAULT as OPENSEARCH, engine, fetch, java_home
 from bm25aug.opensearch.node_processes import alive as _alive, end as _end, launch as _launch, log as _log, named
-from bm25aug.opensearch.node_processes import reason as _reason, send as _signal, strays
+from bm25aug.opensearch.node_processes import enclosed, reason as _reason, send as _signal, strays
 from bm25aug.opensearch.node_settings import cluster_name, place
 
 ROOT = Path(os.environ.get("BM25AUG_CLUSTER_ROOT", CACHE_ROOT / "cluster"))
@@ -70,6 +72,7 @@ def start(nodes: int | None = None, root: Path = ROOT, heap: str | None = None, 
         engine(opensearch)  # one a local cluster runs
     with folder.lock(root):
         folder.alone(root, None)  # (before `_found`: a folder inside another cluster's is refused as that)
+        enclosed(root, _HOLDING.format(root=root))
         state, running = _found(root)
         if running:
             raise UserError(f"nodes of a cluster run from {root} without its record holding them ({named(running)}), "
@@ -86,16 +89,24 @@ def start(nodes: int | None = None, root: Path = ROOT, heap: str | None = None, 
 
 
 def _start_new(root: Path, nodes: int, heap: str, opensearch: str) -> dict:
-    """A new cluster in the missing or empty ``root``. If it does not form (or the start is
-    interrupted), its nodes are ended and what it wrote is removed; when it did not form, the nodes'
-    logs are first copied to a temporary folder, which the error names."""
+    """A new cluster in the missing or empty ``root``. Its folder is checked again after the (slow)
+    fetch, just before its record, the first thing it writes there: of two starts that passed their
+    checks meanwhile, one in the other's folder, the later is refused. If it does not form (or the
+    start is interrupted), its nodes are ended and what it wrote is removed; when it did not form, the
+    nodes' logs are first copied to a temporary folder, which the error names."""
     build, home = fetch(opensearch), java_home(opensearch)
     state = folder.new(root, "", opensearch, str(home), str(build), heap,
                        [{"name": f"node-{i + 1}", "http": 0, "transport": 0, "home": str(root / f"node-{i + 1}"),
                          "pid": 0} for i in range(nodes)])
-    place(state, state["nodes"])
+    folder.alone(root, state)  # again: another start may have made a cluster around `root` or inside it
+    enclosed(root, _HOLDING.format(root=root))
+    if folder.read(root) is not None:  # (or anything else in it: refused as not a cluster's)
+        raise UserError(f"{root} got a cluster record while this start fetched OpenSearch; fix: `bm25aug cluster "
+                        f"status --root {root}`")
     folder.write(root, state)  # before any node starts, so that `stop` finds each one that did
     try:
+        place(state, state["nodes"])
+        folder.write(root, state)
         _bring_up(state, state["nodes"], "red")
     except BaseException as e:
         _end(state["nodes"])
@@ -105,6 +116,9 @@ def _start_new(root: Path, nodes: int, heap: str, opensearch: str) -> dict:
             raise StartFailed(f"{e.what} (the new cluster's folder is removed)", logs, e.node) from None
         raise
     return state
+
+
+_HOLDING = "a cluster in {root} would hold another's folder (and its `delete` remove that node's data)"
 
 
 def _start_again(state: dict, nodes: int | None, heap: str | None) -> dict:
@@ -283,12 +297,20 @@ def delete(root: Path = ROOT) -> dict | None:
     nothing else is in it): ``stopped`` nodes, the ``nodes`` removed, the names ``kept`` in ``root``,
     the ``strays`` ended, ``recorded``: whether ``root`` held a cluster (when not, nothing is removed;
     None: nor did any node run from it). Refused, before anything is ended, when a node folder holds
-    another cluster's folder (``folder.holding``)."""
-    if (done := _ended(root, folder.remove, before=folder.holding)) is None:
+    another cluster's folder, or a node of another cluster runs from inside ``root`` (``_deletable``)."""
+    if (done := _ended(root, folder.remove, before=_deletable)) is None:
         return None
     state = done["state"]
     return {"stopped": done["stopped"], "nodes": [node["name"] for node in state["nodes"]] if state else [],
             "kept": done["done"], "strays": done["strays"], "recorded": state is not None}
+
+
+def _deletable(root: Path, state: dict) -> None:
+    """An error when removing what the cluster in ``root`` wrote would remove another cluster's data:
+    a node folder holds its record (``folder.holding``), or one of its nodes runs from inside ``root``
+    (``enclosed``: its record gone, or anywhere in the folder)."""
+    folder.holding(root, state)
+    enclosed(root, f"deleting the cluster in {root} would remove its data from under it")
 
 
 def kill_node(state: dict, name: str) -> None:

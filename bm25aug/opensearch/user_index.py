@@ -7,7 +7,8 @@ on the user's own client). Opening it reads, and only reads:
 * **the field's mapping**: a ``text`` field (a multi-field such as ``body.english`` too), indexed
   with its frequencies and norms, as BM25 over the flat index needs, whose text ``_source`` keeps;
   inside plain objects (``doc.body``) but not a ``nested`` one, whose objects are hidden documents
-  of their own that a search of the index's documents never reaches (it would find nothing);
+  of their own: bm25aug's BM25 scores a document's own fields (as the flat index does), not a nested
+  object's text, even where ``include_in_root`` or ``include_in_parent`` copies it into the document;
 * **its similarity**: the field's, else the index's ``default``, else OpenSearch's BM25 (k1 1.2,
   b 0.75). It must be BM25; its k1 and b are the index's own, and a searcher given others is
   refused with the ones to pass (as for an index bm25aug made). Scores are divided by what the
@@ -168,9 +169,9 @@ def field_spec(mapping: dict, field: str, where: str) -> tuple[dict, tuple[str, 
     if nested is not None:
         other = f"name a text field outside nested objects ({texts}), or " if texts != "none" else ""
         raise UserError(f"{where}: field {field!r} is in a nested object ({nested!r} is of type nested: each of its "
-                        f"objects is indexed as a hidden document of its own, which a search of the index's documents "
-                        f"does not reach), so every search would find nothing; fix: {other}index the corpus with "
-                        f"`bm25aug index --dataset NAME --to URL`")
+                        f"objects is indexed as a hidden document of its own), whose text bm25aug's BM25 does not "
+                        f"score as the document's own field; fix: {other}index the corpus with `bm25aug index "
+                        f"--dataset NAME --to URL`")
     wrong = ("it is not indexed (index: false)" if spec.get("index") is False else
              "it keeps no norms (norms: false), so BM25 cannot weigh document length" if spec.get("norms") is False
              else "it keeps no term frequencies (index_options: docs)" if spec.get("index_options") == "docs" else None)
@@ -190,7 +191,7 @@ def listed(mapping: dict, most: int = 8) -> str:
 
 def text_fields(mapping: dict, prefix: str = "") -> list[str]:
     """The paths of the ``text`` fields of a mapping, multi-fields included (``body.english``), those
-    in ``nested`` objects left out (a search of the index's documents does not reach them)."""
+    in ``nested`` objects left out (bm25aug scores a document's own fields, not a nested object's text)."""
     found = []
     for name, spec in (mapping.get("properties") or {}).items() if isinstance(mapping, dict) else ():
         if not isinstance(spec, dict):

@@ -37,6 +37,7 @@ from bm25aug.ranking import EMPTY, TopK
 from bm25aug.model.encoder import QueryEncoder
 from bm25aug.progress import progress
 from bm25aug.search.bm25 import BM25Searcher
+from bm25aug.search.hits import Searches
 
 if TYPE_CHECKING:
     from bm25aug.search.augmented import AugmentedSearcher
@@ -67,7 +68,7 @@ def _unit_l1(values: np.ndarray) -> np.ndarray:
     return (values.astype(np.float64) / np.abs(values.astype(np.float64)).sum()).astype(np.float32)
 
 
-class RM3Searcher:
+class RM3Searcher(Searches):
     """RM3 over ``first``'s query: a ``BM25Searcher`` (its bag of words, as Pyserini's bm25-rm3)
     or an ``AugmentedSearcher`` (its learned term list). ``search_arrays``, ``batch_search_arrays``
     and ``hits`` as the other searchers; each query costs a second search and ``fb_docs``
