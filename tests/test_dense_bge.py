@@ -316,8 +316,14 @@ def test_int8_is_bge_within_rounding_and_keeps_embeddings_of_its_own(bge, tiny_w
         assert cosine.min() >= 0.99, (encode, cosine)
     index = LuceneIndex(tiny_wp[2])
     quantized, exact = DenseSearcher(index, int8), DenseSearcher(index, bge)
-    for query in ("big cats lions", "rain and wind", "electric car", "pasta sauce"):
+    queries = ["big cats lions", "rain and wind", "electric car", "pasta sauce",
+               "a much longer question about which of these documents mentions cooking pasta with sauce"]
+    for query in queries[:4]:
         assert quantized.search(query, 1)[0].docid == exact.search(query, 1)[0].docid
+    # one activation scale a batch: each query is encoded alone, so a batch search equals search exactly
+    batch = quantized.batch_search(queries, [f"q{i}" for i in range(len(queries))], k=3)
+    for i, query in enumerate(queries):
+        assert batch[f"q{i}"] == quantized.search(query, 3), query
     assert len([p for p in cache.iterdir() if p.is_dir()]) == 2  # one set of embeddings a model
     assert np.array_equal(corpus_embeddings(index, int8)[0], quantized.embeddings)
     from bm25aug.dense.loading import load_folder
@@ -355,3 +361,17 @@ def test_bge_small_reproduces_its_published_scifact_ndcg(scifact_flat, tmp_path)
     assert searcher.model.name == BGE.name and searcher.embeddings.shape == (5183, 384)
     print(f"eval.py dense on SciFact test: nDCG@10 {ndcg:.4f} in {time.perf_counter() - start:.0f} s, "
           f"the corpus encoding {searcher.encode_seconds:.0f} s")
+
+
+def test_an_eval_row_of_the_dense_peer_names_its_export(tiny_wp, cache, tmp_path):
+    """``--method dense`` rows say which model made them (``dense_model``), as hybrid rows do: an
+    int8 row and an fp32 row are told apart."""
+    from bm25aug.cli import main
+
+    ds, _, flat = tiny_wp
+    for name, says in (("bge-small-en-v1.5-int8", "bge-small-en-v1.5-int8"), ("bge-small-en-v1.5-fp32", BGE.name)):
+        out = tmp_path / f"{name}.json"
+        assert main(["eval", "--dataset", str(ds.path), "--split", "test", "--method", "dense", "--dense-model", name,
+                     "--index", str(flat), "--index-root", str(flat.parent), "--no-companions", "--k", "5",
+                     "--json-out", str(out)]) == 0
+        assert json.loads(out.read_text())["dense_model"] == says

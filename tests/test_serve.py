@@ -222,7 +222,12 @@ def test_sigterm_lets_in_flight_requests_finish(scifact_flat, tmp_path):
     threads = [threading.Thread(target=request) for _ in range(4)]
     for t in threads:
         t.start()
-    time.sleep(0.1)
+    # SIGTERM once a search is under way: /health counts a request as its batch starts searching (a
+    # fixed 0.1 s wait let every request be refused on a loaded machine: CI of cc47fe5)
+    deadline = time.monotonic() + 60
+    while httpx.get(f"{server.url}/health", timeout=10).json()["requests"] < 1:
+        assert time.monotonic() < deadline, "no search started in 60 s"
+        time.sleep(0.01)
     assert server.stop() == 0
     for t in threads:
         t.join()

@@ -21,7 +21,9 @@ its kind is named. A folder holds an ONNX graph and ``tokenizer.json``, or a tra
 
 Documents are encoded sorted by token count, ``BATCH`` at a time, and returned in their order: a
 batch pads to its longest text, so the sort cuts padding; a vector does not depend on its batch,
-up to float rounding.
+up to float rounding, except under the int8 export, whose dynamic quantization takes one scale for
+a whole batch: there a corpus's vectors are those of its fixed, sorted batches (cached), and each
+query is encoded alone, so a query's vector is the same in ``search`` and in a batch search.
 """
 
 from __future__ import annotations
@@ -98,6 +100,9 @@ class _BertModel:
         self.folder, self.kind, self.dim = folder, kind, kind.dim
         precision = folder_record(folder).get("precision")  # a fetched export's (bm25aug.dense.fetch.PINNED)
         self.name = kind.name if precision in (None, "fp32") else f"{kind.name}-{precision}"
+        # int8 with dynamic quantization: one activation scale for a whole padded batch, so a query is
+        # encoded alone (its vector is then its own, in a search as in a batch of them)
+        self.queries_alone = precision == "int8"
         self.digest = source_key("dense-model", kind, checked_digests(folder, [weights, folder / TOKENIZER_FILE]))
         try:
             self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
@@ -126,7 +131,11 @@ class _BertModel:
                             f"token states); fix: {fix}")
 
     def encode_queries(self, texts: list[str]) -> np.ndarray:
-        return self.encode_documents([self.kind.query_prefix + t for t in texts])
+        texts = [self.kind.query_prefix + t for t in texts]
+        if self.queries_alone:
+            return np.concatenate([self.encode_documents([t]) for t in texts]) if texts else \
+                np.zeros((0, self.dim), np.float32)
+        return self.encode_documents(texts)
 
     def encode_documents(self, texts: list[str]) -> np.ndarray:
         """Unit vectors, one row per text, in the texts' order."""
@@ -158,7 +167,7 @@ class _BertModel:
 
 
 class OnnxDenseModel(_BertModel):
-    """A folder's ONNX graph (``last_hidden_state``), fp32 on CPU by onnxruntime."""
+    """A folder's ONNX graph (``last_hidden_state``; fp32, or the int8 export), on CPU by onnxruntime."""
 
     def __init__(self, folder: Path, kind: Kind, onnx: Path, threads: int | None = None):
         self.threads = threads or _threads()

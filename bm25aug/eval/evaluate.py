@@ -131,7 +131,7 @@ def run_method(method: Method, config: EvalConfig, dataset, split, k: int, check
     from bm25aug.eval.metrics import evaluate_split
     from bm25aug.lucene.index import ensure_index
     from bm25aug.search.augmented import AugmentedSearcher
-    from bm25aug.search.dense import ExactSearcher
+    from bm25aug.search.dense import DenseSearcher, ExactSearcher
     from bm25aug.search.hybrid import HybridSearcher
     from bm25aug.search.indexes import local_folder
 
@@ -163,6 +163,8 @@ def run_method(method: Method, config: EvalConfig, dataset, split, k: int, check
     extra = {}
     if isinstance(searcher, HybridSearcher):  # the fusion and the dense model, so that a row says what made it
         extra = {"fusion": searcher.fusion.describe(), "dense_model": searcher.dense.model.name}
+    if isinstance(searcher, DenseSearcher):  # which dense model (an export: bge-small-en-v1.5-int8) made the row
+        extra = {"dense_model": searcher.model.name}
     if isinstance(model, AugmentedSearcher):
         extra.update(model_extras(model, terms, method, checkpoint, qids, split, dataset, index, cluster))
     run = {qid: searcher.hits(top) for qid, top in zip(qids, tops)}

@@ -51,17 +51,26 @@ def cost_table(recorded: dict) -> str:
 
 def precision_table(recorded: dict) -> str:
     """Per dataset and export: test nDCG@10, corpus documents per second and a query's encoding."""
-    lines = ["| dataset | export | nDCG@10 | minus fp32's | corpus docs/s | x fp32's | query p50 ms | query p95 ms "
-             "| query tokens p50 / p99 / max |", "|---|---|---|---|---|---|---|---|---|"]
+    caps = list(next(iter(next(iter(recorded["datasets"].values()))["models"].values())).get("ndcg@10_query_cap", {}))
+    lines = ["| dataset | export | nDCG@10 | ΔnDCG@10 vs fp32 | R@100 | ΔR@100 vs fp32 | corpus docs/s | speed-up "
+             "| query encode p50 / p95 ms | query tokens p50 / p99 / max |"
+             + "".join(f" nDCG@10, queries cut at {c} tokens |" for c in caps), "|---|" * 1 + "---|" * (9 + len(caps))]
     for name, row in recorded["datasets"].items():
+        first = next(iter(row["models"].values()))
         for model, m in row["models"].items():
-            diff = f"{m['ndcg@10_minus_first']:+.4f}" if "ndcg@10_minus_first" in m else ""
-            ratio = f"{m['docs_per_s_over_first']:.2f}x" if "docs_per_s_over_first" in m else ""
+            later = m is not first
+            ratio = f"{m['docs_per_s'] / first['docs_per_s']:.2f}x" if later else ""
+            deltas = [f"{m[key] - first[key]:+.4f}" if later else "" for key in ("ndcg@10", "recall@100")]
             tokens = m["query_tokens"]
-            lines.append(f"| {name} {row['split']} | {model} | {m['ndcg@10']:.4f} | {diff} | {m['docs_per_s']:.2f}"
-                         f"{' (cached)' if m['cached'] else ''} | {ratio} | {m['query_ms']['p50']:.2f} | "
-                         f"{m['query_ms']['p95']:.2f} | {tokens['p50']:.0f} / {tokens['p99']:.0f} / {tokens['max']} |")
-    load = " to ".join(f"{a[0]:.1f}" for a in (recorded["load_before"], recorded["load_after"]))
-    return "\n".join(lines + ["", f"One run on {recorded['cores']} cores (load average {load}); each corpus encoded "
-                                   f"once per export, a query encoded alone (its instruction included in its tokens). "
-                                   f"Recorded with `{recorded['command'].strip()}`."])
+            lines.append(f"| {name} {row['split']} | {model} | {m['ndcg@10']:.4f} | {deltas[0]} | {m['recall@100']:.4f} | "
+                         f"{deltas[1]} | {m['docs_per_s']:.2f}{' (cached)' if m['cached'] else ''} | {ratio} | "
+                         f"{m['query_ms']['p50']:.2f} / {m['query_ms']['p95']:.2f} | "
+                         f"{tokens['p50']:.0f} / {tokens['p99']:.0f} / {tokens['max']} |"
+                         + "".join(f" {m['ndcg@10_query_cap'][c]:.4f} |" for c in caps))
+    load = " and ".join(f"{a[0]:.1f}" for a in (recorded["load_before"], recorded["load_after"]))
+    return "\n".join(lines + ["", f"One run on {recorded['cores']} cores (load average {load}, sampled at its start and "
+                                   f"end only). A corpus's documents per second are those of its one encoding, read "
+                                   f"from the cache's record when it was made before (cached). A query's encoding "
+                                   f"alone is timed over the first {recorded.get('latency_queries', 200)} queries, "
+                                   f"its instruction included in its tokens. Recorded with "
+                                   f"`{recorded['command'].strip()}`."])
