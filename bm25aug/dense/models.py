@@ -107,7 +107,7 @@ class _BertModel:
         try:
             self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
         except Exception as e:  # the tokenizers library raises a bare Exception for any file it cannot parse
-            raise UserError(f"{folder / TOKENIZER_FILE} cannot be read as a tokenizer ({_why(e)}); fix: "
+            raise UserError(f"{folder / TOKENIZER_FILE} cannot be read as a tokenizer ({reason(e)}); fix: "
                             f"{restore(folder, 'that file')}, or pass a folder holding {kind.name}'s files") from None
         self.tokenizer.enable_truncation(kind.max_tokens)
         self.tokenizer.no_padding()  # each batch is padded to its own longest text (_batches)
@@ -124,7 +124,7 @@ class _BertModel:
         try:
             states = np.asarray(self.states(ids, np.ones_like(ids)))
         except Exception as e:  # the runtime's own errors: a graph that does not run on BERT's inputs
-            raise UserError(f"{weights} does not run as {self.kind.name} ({_why(e)}); fix: {fix}") from None
+            raise UserError(f"{weights} does not run as {self.kind.name} ({reason(e)}); fix: {fix}") from None
         if states.shape != (1, ids.shape[1], self.dim) or not np.issubdtype(states.dtype, np.floating):
             raise UserError(f"{weights} gives {states.dtype} states of shape {list(states.shape)} for one text of "
                             f"{ids.shape[1]} tokens, not [1, {ids.shape[1]}, {self.dim}] ({self.kind.name}'s "
@@ -183,7 +183,7 @@ class OnnxDenseModel(_BertModel):
         try:
             self.session = ort.InferenceSession(str(onnx), options, providers=["CPUExecutionProvider"])
         except Exception as e:  # onnxruntime's own types (InvalidProtobuf, InvalidArgument, Fail, ...)
-            raise UserError(f"{onnx} cannot be loaded ({_why(e)}); {fix}, or {restore(self.folder)}") from None
+            raise UserError(f"{onnx} cannot be loaded ({reason(e)}); {fix}, or {restore(self.folder)}") from None
         self.inputs = [i.name for i in self.session.get_inputs()]
         unknown = set(self.inputs) - {"input_ids", "attention_mask", "token_type_ids"}
         if unknown or "input_ids" not in self.inputs:
@@ -213,7 +213,7 @@ class TorchDenseModel(_BertModel):
         try:
             self.model = AutoModel.from_pretrained(self.folder).eval()
         except Exception as e:  # transformers', torch's and safetensors' own types for a file they cannot read
-            raise UserError(f"{weights} cannot be loaded by transformers ({_why(e)}); fix: pass a folder holding "
+            raise UserError(f"{weights} cannot be loaded by transformers ({reason(e)}); fix: pass a folder holding "
                             f"{self.kind.name}'s transformers files, or {restore(self.folder)}") from None
 
     def states(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
@@ -228,7 +228,7 @@ def _threads() -> int:
     return max(1, min(THREADS, os.cpu_count() or 1, int(limit) if limit.isdigit() else THREADS))
 
 
-def _why(e: Exception) -> str:
+def reason(e: Exception) -> str:
     """An error's type and the gist of its message, on one line."""
     text = " ".join(str(e).split()).rpartition(" failed:")[2].strip()  # onnxruntime: "Load model from P failed:WHY"
     return f"{type(e).__name__}: {text[:160] or 'no message'}"

