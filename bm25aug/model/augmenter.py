@@ -50,6 +50,9 @@ class QueryOutput:
 
     token_weights: torch.Tensor
     augmentation: torch.Tensor
+    # a(q) before its ReLU (B x V, or B x R for ``rows``; pooled models only, else None): what a
+    # student distilled from a teacher's a(q) is fitted on (``bm25aug.train.distill``).
+    aug_logits: torch.Tensor | None = None
 
 
 def resolve_encoder(name: str | None):
@@ -158,6 +161,7 @@ class QueryAugmenter(nn.Module, QueryEncoder):
         if rows is not None:
             weight, bias, special = self.aug_head.weight[rows], self.aug_head.bias[rows], special[rows]
             head = lambda x: nn.functional.linear(x, weight, bias)  # noqa: E731
+        logits = None
         if self.config.use_augmentation and self.config.pooling == "max":
             logits = head(pooled_from).masked_fill(~real.unsqueeze(-1), float("-inf"))
             a = torch.relu(logits.max(dim=1).values).masked_fill(special, 0.0)
@@ -165,12 +169,13 @@ class QueryAugmenter(nn.Module, QueryEncoder):
             pooled = self._pooled(pooled_from, attention_mask)
             # (B, 1, H) rather than (B, H): ONNX export then emits a MatMul, which int8 dynamic
             # quantization covers (a Gemm it does not); the numbers are the same.
-            a = torch.relu(head(pooled.unsqueeze(1)).squeeze(1)).masked_fill(special, 0.0)
+            logits = head(pooled.unsqueeze(1)).squeeze(1)
+            a = torch.relu(logits).masked_fill(special, 0.0)
         else:
             a = torch.zeros(input_ids.shape[0], len(special), dtype=hidden.dtype, device=hidden.device)
         if self.config.aug_threshold > 0:
             a = a * (a > self.config.aug_threshold)
-        return QueryOutput(w, a)
+        return QueryOutput(w, a, logits)
 
     def _states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The last layer's states (what w reads) and ``aug_layer``'s (what a(q) reads)."""

@@ -143,8 +143,11 @@ class OnnxQueryEncoder(QueryEncoder):
         if not texts:
             return []
         batch = self.target.batch(texts, feedback)
-        w, a = self.session.run(None, {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask})
-        return self.target.term_lists(batch, w, a)
+        return self.target.term_lists(batch, *self.outputs(batch))
+
+    def outputs(self, batch) -> tuple:
+        """The graph's w (B x L) and a(q) on the target's live entries (B x live) for a ``QueryBatch``."""
+        return tuple(self.session.run(None, {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}))
 
 
 def _built(folder: Path, file: str, make):

@@ -13,6 +13,8 @@ from bm25aug.model.packaged import BUILDS, ONNX_FILE, PACKAGE_FILE, PACKAGED_ROO
 
 # What is copied from best/ beside the ONNX file: the model's settings and the tokenizer's files.
 TOKENIZER_PREFIXES = ("tokenizer", "special_tokens", "vocab")
+# What a student's build names of its distillation (bm25aug.train.distill's flags).
+STUDENT_SETTINGS = ("layers", "hidden", "epochs", "pseudo_queries", "seed")
 
 
 def build(name: str) -> Path:
@@ -37,9 +39,19 @@ def build(name: str) -> Path:
     root = Path(__file__).resolve().parents[2]
     run = root / spec["run"]
     if not (run / "best" / CONFIG_NAME).exists():
-        subprocess.run([sys.executable, str(root / "train.py"), "--recipe", spec["recipe"], "--output-dir", str(run),
-                        "--resume"], check=True, cwd=root)
+        subprocess.run(training_command(spec, run, sys.executable, root), check=True, cwd=root)
     return _write(name, spec, licenses, run)
+
+
+def training_command(spec: dict, run: Path, python: str = "python", root: Path = Path(".")) -> list[str]:
+    """What makes a packaged model's run: its recipe trained by ``train.py``, or, for a student
+    (``teacher`` in its build), the recipe's queries distilled from the teacher
+    (``bm25aug.train.distill``) into a student of the build's shape."""
+    if "teacher" not in spec:
+        return [python, str(root / "train.py"), "--recipe", spec["recipe"], "--output-dir", str(run), "--resume"]
+    shape = [arg for key in STUDENT_SETTINGS for arg in (f"--{key.replace('_', '-')}", str(spec[key]))]
+    return [python, "-m", "bm25aug.train.distill", "--teacher", spec["teacher"], "--recipe", spec["recipe"], *shape,
+            "--output-dir", str(run), "--resume"]
 
 
 def _write(name: str, spec: dict, licenses: dict, run: Path) -> Path:
@@ -63,10 +75,17 @@ def _write(name: str, spec: dict, licenses: dict, run: Path) -> Path:
         record = {"name": name, "recipe": spec["recipe"], "training_sets": licenses, "run": spec["run"],
                   "dev": _dev_record(run), "source": source, "onnx_digest": files[ONNX_FILE]["blake2b"],
                   "files": files, "bytes": sum(f["bytes"] for f in files.values()),
-                  "command": f"python -m bm25aug.model.packaged {name}"}
+                  "command": f"python -m bm25aug.model.packaged {name}", **_student_record(spec)}
         write_json(tmp / PACKAGE_FILE, record)
         (tmp / "README.md").write_text(_card(record), encoding="utf-8")
     return PACKAGED_ROOT / name
+
+
+def _student_record(spec: dict) -> dict:
+    """A student's teacher and shape, for its record and card (nothing for a recipe's own model)."""
+    if "teacher" not in spec:
+        return {}
+    return {"teacher": spec["teacher"], "student": {k: spec[k] for k in STUDENT_SETTINGS}}
 
 
 def _dev_record(run: Path) -> dict:
@@ -86,9 +105,18 @@ def _left_out() -> str:
 
 def _card(record: dict) -> str:
     sets = "\n".join(f"| {d} | {lic} |" for d, lic in record["training_sets"].items())
+    if "teacher" in record:
+        shape = record["student"]
+        what = (f"A student of the packaged model `{record['teacher']}`: {shape['layers']} encoder layers "
+                f"{shape['hidden']} wide, fitted to `{record['teacher']}`'s outputs (w and a(q)) on the training "
+                f"queries of its `{record['recipe']}` recipe (`bm25aug.train.distill`, seed {shape['seed']}, "
+                f"{shape['epochs']} epochs; no labels, no documents), as its")
+    else:
+        what = (f"The contextual query model of the `{record['recipe']}` recipe "
+                f"(`bm25aug/recipes/{record['recipe']}.yaml`), as its")
     return f"""# bm25aug packaged model: `{record['name']}`
 
-The contextual query model of the `{record['recipe']}` recipe (`bm25aug/recipes/{record['recipe']}.yaml`), as its
+{what}
 int8 ONNX query encoder ({record['bytes'] / 1e6:.1f} MB with its tokenizer). It rewrites a query into weighted
 terms for a flat index (Lucene's English analyzer, as Pyserini's stock BEIR and MS MARCO indexes):
 

@@ -7,6 +7,8 @@ transformers' ``SpladeLoss`` wraps a ranking loss and ``FlopsLoss``).
   an a(q) entry reaches, with two floors (``penalty_floor``; ``off_positive_penalty``).
 * ``FlopsLoss``: SPLADE's FLOPS on a(q), the squared batch mean of each entry.
 * ``DistillationLoss``: the KL divergence to a teacher's softmax over the same documents.
+* ``OutputMatchLoss``: a student query model fitted to a teacher's outputs, w and a(q), with no
+  documents (``bm25aug.train.distill``).
 """
 
 from __future__ import annotations
@@ -91,3 +93,29 @@ class AugmentationLoss(nn.Module):
             distill = self.distillation(scores, teacher_scores, mask)
             parts.update(loss=parts["loss"] + self.distill * distill, distill=distill.detach())
         return parts
+
+
+class OutputMatchLoss(nn.Module):
+    """Squared error between a student's outputs and a teacher's, per query (summed over its
+    tokens and a(q)'s entries), averaged over the batch; returns the total and each part.
+
+    * w, on the query's tokens: where the teacher's w is above the weight floor, the difference;
+      at or below it (search raises it to the floor), only the student's excess over the floor.
+    * a(q), on the live entries, fitted on the student's logits (before the ReLU): the
+      difference where the teacher's entry is positive, else the logit's excess over ``-margin``.
+      The margin keeps what the teacher leaves out below zero by a clear step, so that int8
+      rounding at search time proposes no term the teacher does not, and the augmentation gate
+      (which counts positive entries) opens where the teacher's does."""
+
+    def __init__(self, floor: float, margin: float = 0.1, aug_weight: float = 1.0):
+        super().__init__()
+        self.floor, self.margin, self.aug_weight = floor, margin, aug_weight
+
+    def forward(self, w: torch.Tensor, logits: torch.Tensor, teacher_w: torch.Tensor, teacher_a: torch.Tensor,
+                real: torch.Tensor) -> dict[str, torch.Tensor]:
+        n = w.shape[0]
+        w_error = torch.where(teacher_w > self.floor, w - teacher_w, torch.relu(w - self.floor)) * real
+        a_error = torch.where(teacher_a > 0, logits - teacher_a, torch.relu(logits + self.margin))
+        parts = {"w": w_error.pow(2).sum() / n, "a": a_error.pow(2).sum() / n}
+        total = parts["w"] + self.aug_weight * parts["a"]
+        return {"total": total, **{k: v.detach() for k, v in parts.items()}}

@@ -1,0 +1,145 @@
+"""The fast query side (issue 66, item 2): the cached analysis and the term lists give what the
+slow path gave, bit for bit; a student model is built, fitted to a teacher's outputs, resumed,
+exported and searched like any other model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from bm25aug.errors import UserError
+from bm25aug.model.targets import span_mean
+
+ODD = ["U.S.A. e-mail 1,000.5 don't\tcats' O'Neil", "  ", "a  b\n\nc", "x" * 300 + " tail", "ÉCOLE naïve café",
+       "🙂 emoji🙂ok", "re-entry, (brackets) [x] {y} <z>", "\x1cfile\x1dsep", "C++ and C# 3.14 v2.0"]
+
+
+@pytest.mark.realdata
+def test_cached_offsets_are_the_analyzers_own(data_dir):
+    """Each query twice (the second time from the cache): the terms and offsets of one JVM pass."""
+    from bm25aug.data.registry import load_dataset
+    from bm25aug.lucene.analysis import analyze_with_offsets, cached_offsets
+
+    queries = []
+    for name in ("scifact", "nfcorpus", "squadshifts-reddit"):
+        queries += list(load_dataset(name, data_dir).split("test").queries.values())[:300]
+    queries += ODD
+    for _ in range(2):
+        assert [cached_offsets(q) for q in queries] == [analyze_with_offsets(q) for q in queries]
+
+
+def test_span_mean_is_numpys_mean_bit_for_bit():
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        row = (rng.random(20, dtype=np.float32) * rng.choice([1e-3, 1, 7, 1e3])).astype(np.float32)
+        span = sorted(rng.choice(20, size=int(rng.integers(1, 13)), replace=False).tolist())
+        got, want = span_mean(row, span), row[span].mean(dtype=np.float32)
+        assert got.dtype == np.float32 and got.tobytes() == want.tobytes(), (row[span], got, want)
+
+
+def test_the_output_match_loss_is_zero_at_the_teacher_and_pulls_toward_it():
+    from bm25aug.train.losses import OutputMatchLoss
+
+    loss = OutputMatchLoss(floor=1.0, margin=0.1)
+    teacher_w = torch.tensor([[2.0, 0.5, 0.0]])
+    teacher_a = torch.tensor([[0.0, 0.7, 0.0]])
+    real = torch.tensor([[1.0, 1.0, 0.0]])
+    # At the teacher: w equal above the floor, anything at or below the floor where the teacher is
+    # below it, the padding ignored; a's logits equal where positive, at or below -margin elsewhere.
+    at = loss(torch.tensor([[2.0, 0.9, 5.0]]), torch.tensor([[-0.1, 0.7, -3.0]]), teacher_w, teacher_a, real)
+    assert float(at["total"]) == 0.0
+    w = torch.tensor([[1.5, 1.4, 0.0]], requires_grad=True)
+    logits = torch.tensor([[0.05, 0.2, -0.5]], requires_grad=True)
+    out = loss(w, logits, teacher_w, teacher_a, real)
+    out["total"].backward()
+    assert w.grad[0, 0] < 0 and w.grad[0, 1] > 0 and w.grad[0, 2] == 0  # up to 2, down to the floor
+    assert logits.grad[0, 0] > 0 and logits.grad[0, 1] < 0 and logits.grad[0, 2] == 0
+    assert float(out["w"]) == pytest.approx(0.5 ** 2 + 0.4 ** 2)
+    assert float(out["a"]) == pytest.approx(0.15 ** 2 + 0.5 ** 2)
+
+
+@pytest.fixture(scope="module")
+def teacher(flat_model, tmp_path_factory):
+    """A flat-target teacher, served as search serves it (its int8 ONNX export)."""
+    from bm25aug.model.loading import load_encoder
+
+    path = tmp_path_factory.mktemp("teacher") / "ckpt"
+    flat_model.save_pretrained(path)
+    return load_encoder(path, "onnx-int8")
+
+
+def test_a_student_has_the_teachers_settings_on_a_smaller_encoder(teacher):
+    from bm25aug.train.student import make_student
+
+    narrow = make_student(teacher.config, 2, 128)
+    assert (narrow.encoder.config.num_hidden_layers, narrow.encoder.config.hidden_size) == (2, 128)
+    assert {k: v for k, v in vars(narrow.config).items() if k != "encoder"} == \
+        {k: v for k, v in vars(teacher.config).items() if k != "encoder"}
+    kept = make_student(teacher.config, 2, 384)  # the base's own first two layers
+    assert kept.encoder.config.num_hidden_layers == 2
+    for layers, hidden, fix in ((2, 100, "multiple of 64"), (0, 128, "--layers 1"), (9, 384, "at most 6"),
+                                (2, 512, "at most 384")):
+        with pytest.raises(UserError, match=fix):
+            make_student(teacher.config, layers, hidden)
+
+
+class Stopped(Exception):
+    """What the stopped run raises after an epoch's last/ is written, as a kill would stop it."""
+
+
+def test_distillation_fits_the_teacher_resumes_and_serves(teacher, tiny_wp, tmp_path, monkeypatch):
+    """A few queries, a few epochs: the held-out loss falls; a run stopped after epoch 2 and
+    resumed ends where one uninterrupted run ends; best/ searches alike alone and in batch."""
+    from bm25aug.search.augmented import AugmentedSearcher
+    from bm25aug.train import distill
+    from bm25aug.train.losses import OutputMatchLoss
+    from bm25aug.train.student import make_student
+
+    queries = [f"{a} {b} cancer treatment" for a in ("lung", "breast", "skin", "bone", "blood", "brain")
+               for b in ("early", "late", "rare", "common", "chronic")]
+    config = distill.DistillConfig(layers=1, hidden=64, epochs=4, batch_size=8, lr=3e-3, threads=1)
+
+    def run(out):
+        out.mkdir(parents=True, exist_ok=True)
+        data = distill.teacher_outputs(teacher, queries, out)
+        torch.manual_seed(config.seed)
+        model = make_student(teacher.config, config.layers, config.hidden)
+        loss_fn = OutputMatchLoss(float(model.config.weight_floor), config.margin)
+        distill._train(model, loss_fn, data, torch.from_numpy(model.target.live), config, out, resume=True)
+        return [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+
+    whole = run(tmp_path / "whole")
+    assert len(whole) == 4 and whole[-1]["held_out_total"] < whole[0]["held_out_total"]
+    save_last = distill._save_last
+
+    def stop_after_two(model, optimizer, schedule, epoch, best, out):
+        save_last(model, optimizer, schedule, epoch, best, out)
+        if epoch == 2:
+            raise Stopped
+
+    monkeypatch.setattr(distill, "_save_last", stop_after_two)
+    with pytest.raises(Stopped):
+        run(tmp_path / "stopped")
+    monkeypatch.setattr(distill, "_save_last", save_last)
+    resumed = run(tmp_path / "stopped")  # its teacher outputs from the run folder, epochs 3 and 4 trained
+    assert [r["epoch"] for r in resumed] == [1, 2, 3, 4]
+    assert [r["held_out_total"] for r in resumed] == pytest.approx([r["held_out_total"] for r in whole], rel=1e-4)
+    _, _, flat = tiny_wp
+    searcher = AugmentedSearcher.from_pretrained(tmp_path / "whole" / "best", flat)
+    probe = queries[:4] + ["rabbits", "lions roar"]
+    alone = [searcher.search(q, 5) for q in probe]
+    assert [searcher.hits(t) for t in searcher.batch_search_arrays(probe, 5, threads=2)] == alone
+
+
+def test_a_run_folder_is_continued_only_with_its_own_settings(tmp_path):
+    from bm25aug.train import distill
+
+    distill._refuse_other_run(tmp_path, distill.DistillConfig(), resume=False)
+    with pytest.raises(UserError, match="pass --resume"):
+        distill._refuse_other_run(tmp_path, distill.DistillConfig(), resume=False)
+    with pytest.raises(UserError, match="other settings \\(hidden\\)"):
+        distill._refuse_other_run(tmp_path, distill.DistillConfig(hidden=192), resume=True)
+    distill._refuse_other_run(tmp_path, distill.DistillConfig(epochs=30), resume=True)  # more epochs: the same run
