@@ -6,37 +6,43 @@ The key is the corpus (``corpus_identity``: the corpus fingerprint and flavor of
 ``meta.json``; a stock index without one: its commit), the model's ``digest`` and the store's
 ``recipe``, never the index build: a rebuilt index of the same corpus (a fresh clone's CI) reuses
 the vectors. They are stored in external-id order, which no build changes, and handed out in the
-index's Lucene doc-number order, so rows and BM25 hits share ids. The store's record (``info``)
+index's Lucene doc-number order (``VectorStore.ordered``: the dense peer's a view that maps rows
+through ``LuceneIndex.id_rank``, never a permuted copy), so rows and BM25 hits share ids. The
+store's record (``info``)
 holds the corpus, the model, the id table's digest (checked on every load) and the seconds the
 encoding took; evaluation reports that cost.
 
 Documents are the index's stored ``contents`` (title and text, what BM25 searched). Encoding
 writes each finished chunk of documents atomically into ``<key>.partial/``, so an interrupted
-encoding continues from its last chunk; the finished vectors appear in one rename. Two processes
+encoding continues from its last chunk; the finished vectors are then written from the chunks, one
+chunk in memory at a time (``VectorStore.write``: the dense peer streams them into one ``.npy``
+file, so memory does not grow with the corpus), and appear in one rename. Two processes
 never encode the same key at once (a lock; the second reuses the first's). How a peer's vectors
 are kept, chunk and whole, is its ``VectorStore``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import shutil
 import time
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Iterator, Protocol
 
 import numpy as np
 from filelock import FileLock
 
 from bm25aug.dense.models import Encoder
 from bm25aug.errors import UserError
-from bm25aug.io import atomic_dir, atomic_open, derived_ok, digest, record_derived, source_key, write_json
+from bm25aug.io import atomic_dir, atomic_open, derived_ok, record_derived, source_key, write_json
 from bm25aug.progress import progress
 
 log = logging.getLogger(__name__)
 PLAN = "plan.json"
 CHUNK_DOCS = 256  # documents a resumable chunk holds, both peers' default
+IDS_BLOCK = 4096  # external ids hashed at a time (the id table's digest)
 
 
 class VectorStore(Protocol):
@@ -59,11 +65,14 @@ class VectorStore(Protocol):
     def load_chunk(self, saved, rows: int, dim: int) -> Any | None:
         """A saved chunk's vectors (``saved``: its open ``np.load``), None when they do not fit."""
 
-    def join(self, parts: list, dim: int) -> Any: ...
-
-    def save(self, path: Path, vectors) -> None: ...
+    def write(self, path: Path, parts: Iterator, rows: int, dim: int) -> Any:
+        """Write the chunks ``parts`` (in order, ``rows`` in all) as the whole's file, holding one
+        chunk at a time where the format allows; returns what ``summary`` reads."""
 
     def load(self, path: Path) -> Any: ...
+
+    def ordered(self, vectors, index) -> Any:
+        """``vectors`` (external-id order) as rows in ``index``'s Lucene doc-number order."""
 
     def fits(self, vectors, expected: dict, info: dict) -> bool:
         """Whether cached vectors are whole for the record ``expected`` (``info``: the one read)."""
@@ -95,14 +104,24 @@ def cached_corpus(index, model: Encoder, store: VectorStore, root: Path, chunk: 
     folder = root / store.space / key
     expected = {"recipe": store.recipe, "corpus": corpus, "model": model.name, "model_digest": model.digest,
                 "documents": int(index.num_docs), **store.plan(model),
-                "ids_digest": digest("\n".join(map(str, index.docids[index.by_id])).encode())}
+                "ids_digest": ids_digest(index)}
     found = reuse(folder, key, expected, store)
     if found is None:
         folder.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(folder.parent / f".{key}.lock")):
             found = reuse(folder, key, expected, store) or encode(index, model, folder, key, expected, store, chunk)
     vectors, seconds = found
-    return vectors[index.id_rank], seconds
+    return store.ordered(vectors, index), seconds
+
+
+def ids_digest(index) -> str:
+    """The digest of the external ids in sorted order, one a line (the bytes of the whole table
+    joined by newlines), hashed ``IDS_BLOCK`` ids at a time."""
+    h = hashlib.blake2b(digest_size=16)
+    for at in range(0, int(index.num_docs), IDS_BLOCK):
+        ids = index.docids[index.by_id[at:at + IDS_BLOCK]]
+        h.update(("\n" if at else "").encode() + "\n".join(map(str, ids)).encode())
+    return h.hexdigest()
 
 
 def reuse(folder: Path, key: str, expected: dict, store: VectorStore) -> tuple[Any, float] | None:
@@ -126,9 +145,9 @@ def reuse(folder: Path, key: str, expected: dict, store: VectorStore) -> tuple[A
 def encode(index, model: Encoder, folder: Path, key: str, expected: dict, store: VectorStore,
            chunk: int) -> tuple[Any, float]:
     """Encode every document, chunk by chunk into ``<key>.partial/`` (kept chunks are reused),
-    then write the vectors in one rename and drop the chunks."""
+    then write the vectors from the chunks, one at a time, in one rename and drop the chunks."""
     partial = partial_folder(folder.with_name(f"{key}.partial"), {**expected, "chunk": chunk})
-    n, parts, seconds = expected["documents"], [], 0.0
+    n, seconds = expected["documents"], 0.0
     log.info("encoding the %d documents of %s with %s (once per corpus and model; cached in %s)", n, index.path,
              model.name, folder)
     starts = range(0, n, chunk)
@@ -145,16 +164,25 @@ def encode(index, model: Encoder, folder: Path, key: str, expected: dict, store:
                 with atomic_open(partial / chunk_name(at)) as f:
                     store.save_chunk(f, *kept)
                 bar.update(len(rows))
-            parts.append(kept[0])
             seconds += kept[1]
-    whole = store.join(parts, model.dim)
     with atomic_dir(folder, (store.info_file, f"{store.vectors_file}.source.json"), what=store.what) as tmp:
-        store.save(tmp / store.vectors_file, whole)
+        whole = store.write(tmp / store.vectors_file, saved_chunks(partial, starts, n, model.dim, store), n,
+                            model.dim)
         write_json(tmp / store.info_file, {**expected, **store.summary(whole, model.dim), "seconds": seconds,
                                            "docs_per_s": round(n / seconds, 2) if seconds else None})
         record_derived(tmp / store.vectors_file, key)
     shutil.rmtree(partial, ignore_errors=True)
-    return whole, seconds
+    return store.load(folder / store.vectors_file), seconds
+
+
+def saved_chunks(partial: Path, starts: range, n: int, dim: int, store: VectorStore) -> Iterator:
+    """The finished chunks' vectors in order, read one at a time."""
+    for at in starts:
+        kept = load_chunk(partial / chunk_name(at), min(starts.step, n - at), dim, store)
+        if kept is None:
+            raise UserError(f"{partial / chunk_name(at)} changed while the vectors were written; fix: run again "
+                            f"(that chunk is encoded again)")
+        yield kept[0]
 
 
 def chunk_name(at: int) -> str:

@@ -47,16 +47,20 @@ class SparseStore:
         vectors = sp.csr_matrix((saved["data"], saved["indices"], saved["indptr"]), shape=(rows, dim))
         return vectors if vectors.dtype == np.float32 else None
 
-    def join(self, parts: list[sp.csr_matrix], dim: int) -> sp.csr_matrix:
-        matrix = sp.vstack(parts, format="csr") if parts else sp.csr_matrix((0, dim), dtype=np.float32)
-        return matrix.astype(np.float32)
-
-    def save(self, path: Path, vectors: sp.csr_matrix) -> None:
+    def write(self, path: Path, parts, rows: int, dim: int) -> sp.csr_matrix:
+        """The chunks joined (a CSR matrix is written whole) and saved."""
+        parts = list(parts)
+        matrix = sp.vstack(parts, format="csr") if parts else sp.csr_matrix((rows, dim), dtype=np.float32)
+        matrix = matrix.astype(np.float32)
         with open(path, "wb") as f:
-            sp.save_npz(f, vectors)
+            sp.save_npz(f, matrix)
+        return matrix
 
     def load(self, path: Path) -> sp.csr_matrix:
         return sp.load_npz(path).tocsr()
+
+    def ordered(self, vectors: sp.csr_matrix, index) -> sp.csr_matrix:
+        return vectors[index.id_rank]
 
     def fits(self, vectors: sp.csr_matrix, expected: dict, info: dict) -> bool:
         return vectors.shape == (expected["documents"], expected["dim"]) and vectors.dtype == np.float32
