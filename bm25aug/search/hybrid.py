@@ -1,6 +1,7 @@
 """Hybrid search: a sparse searcher (bm25-flat, or a model's term lists on the flat index) fused
 with the dense peer (``bm25aug.search.dense``), as BEIR, Contriever and Pyserini's hybrid runs
-fuse a sparse and a dense retriever.
+fuse a sparse and a dense retriever. The dense side searches the corpus's HNSW index when one
+exists (``bm25aug.dense.hnsw``; built first from ``EXACT_BELOW`` documents), else exactly.
 
 Two fusions (``Fusion``), each over the two sides' top ``depth`` hits (at least ``k``):
 
@@ -122,9 +123,12 @@ class HybridSearcher(Searches):
 
     @classmethod
     def from_pretrained(cls, model: str | Path | None, index: str | Path, dense_model=None, fusion: Fusion | None = None,
-                        k1: float = K1, b: float = B, **model_options) -> "HybridSearcher":
+                        k1: float = K1, b: float = B, dense_search: str | Path = "auto",
+                        **model_options) -> "HybridSearcher":
         """``model`` (e.g. ``"general"``; None: bm25-flat) on the flat ``index`` folder, fused with
-        ``dense_model`` (None: bge-small-en-v1.5). ``model_options``: ``AugmentedSearcher``'s."""
+        ``dense_model`` (None: bge-small-en-v1.5), searched as ``dense_search`` says (``DenseSearcher``'s
+        ``search``: by default the corpus's HNSW index when it exists). ``model_options``:
+        ``AugmentedSearcher``'s."""
         from bm25aug.search.augmented import AugmentedSearcher
         from bm25aug.search.bm25 import BM25Searcher
 
@@ -132,7 +136,7 @@ class HybridSearcher(Searches):
             sparse = BM25Searcher(index, k1, b, flavor="flat")
         else:
             sparse = AugmentedSearcher.from_pretrained(model, index, k1, b, **model_options)
-        return cls(sparse, DenseSearcher(local_index(sparse), dense_model), fusion)
+        return cls(sparse, DenseSearcher(local_index(sparse), dense_model, dense_search), fusion)
 
     @property
     def docids(self) -> np.ndarray:
