@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import os
 import shutil
 import time
@@ -80,7 +81,8 @@ def main() -> None:
     parser.add_argument("--rebuild", action="store_true", help="build the HNSW index again, for its time")
     parser.add_argument("--json-out", default=None)
     args = parser.parse_args()
-    result = run(args.dataset, args.dense_model, args.ef, args.rebuild)
+    result = {"command": "python benchmarks/bench_hnsw.py " + " ".join(sys.argv[1:]),
+              **run(args.dataset, args.dense_model, args.ef, args.rebuild)}  # docs/search.md's table is made from it
     print(json.dumps(result, indent=2))
     if args.json_out:
         write_json(args.json_out, result)

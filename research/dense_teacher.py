@@ -43,7 +43,7 @@ class DenseTeacherTrainer(Trainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.dense = load_dense_model(self.TEACHER)
-        self.doc_vectors = {c.name: torch.from_numpy(corpus_embeddings(c.bm25.index, self.dense)[0])
+        self.doc_vectors = {c.name: torch.from_numpy(np.asarray(corpus_embeddings(c.bm25.index, self.dense)[0]))
                             for c in self.corpora}
         self._report_alignment()
 

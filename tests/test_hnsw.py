@@ -60,8 +60,9 @@ def test_hnsw_finds_what_exact_search_finds(built, monkeypatch):
 
     index, model, exact, folder = built
     monkeypatch.setattr(hnsw, "EF_SEARCH", 100)  # a real graph search: 100 candidates of 600, not all
-    approximate = DenseSearcher(index, model)
-    assert approximate.search_kind == "hnsw"  # auto: the index exists
+    assert DenseSearcher(index, model).search_kind == "exact"  # auto, below EXACT_BELOW: exact though the index exists
+    approximate = DenseSearcher(index, model, search="hnsw")
+    assert approximate.search_kind == "hnsw"
     queries = [f"query {i}" for i in range(60)]
     for k, floor in ((10, 0.95), (100, 0.95)):
         found = [len(set(h.lucene_ids.tolist()) & set(e.lucene_ids.tolist())) / k for h, e in zip(
@@ -80,6 +81,8 @@ def test_hnsw_finds_what_exact_search_finds(built, monkeypatch):
     got = approximate.hnsw.search(vector, 5)
     assert got.lucene_ids[:2].tolist() == twins and got.scores[0] == got.scores[1]
     assert same(got, exact.top(vector, 5))
+    # deeper than the graph keeps: exact search, the same run as exact's
+    assert same(approximate.search_arrays(queries[0], 101), exact.search_arrays(queries[0], 101))
     # one thread or two: the same runs
     assert all(same(a, b) for a, b in zip(approximate.batch_search_arrays(queries, 20, threads=1),
                                           approximate.batch_search_arrays(queries, 20, threads=2)))

@@ -15,15 +15,16 @@ Building: the embeddings, in external-id order, are written as Parquet files of 
 folder appears in one rename with ``hnsw.json``: the corpus, the model and its digest, the id
 table's digest, the settings and the seconds the build took.
 
-Searching: ``io.anserini.search.HnswDenseSearcher`` with ``efSearch`` max(``EF_SEARCH``, k) takes
+Searching: ``io.anserini.search.HnswDenseSearcher`` with ``efSearch`` ``EF_SEARCH`` takes
 our own query vector; its candidates' docids are mapped to the flat index's doc numbers, rescored
 exactly from the embeddings and ordered as exact search orders them (score, then doc number):
 where the graph finds exact search's top k, the run is exact search's, scores and ties alike.
 
-Which search a ``DenseSearcher`` does (``choose_hnsw``): ``"auto"`` (the default) searches the
-HNSW index when one exists for this corpus and model, builds one first when the corpus has
-``EXACT_BELOW`` documents or more, and is exact below that; ``"exact"``; ``"hnsw"`` (built when
-missing); or a folder. A folder whose record names another corpus, id table or model is refused
+Which search a ``DenseSearcher`` does (``choose_hnsw``): ``"auto"`` (the default) is exact below
+``EXACT_BELOW`` documents, whatever the cache holds, and from it searches the corpus's HNSW index
+(built first when missing); ``"exact"``; ``"hnsw"`` (built when missing); or a folder. A graph
+search keeps ``EF_SEARCH`` candidates; a k above that is searched exactly (the same top k as a
+deeper graph search would find at best, and one Java searcher per index). A folder whose record names another corpus, id table or model is refused
 in one line.
 """
 
@@ -53,8 +54,9 @@ HNSW = "dense-hnsw"  # the HNSW indexes' place under the cache root
 RECIPE = "IndexHnswDenseVectors, ParquetDenseVectorCollection (docid, vector), external-id order, one segment"
 RECORD = "hnsw.json"
 M, EF_CONSTRUCTION = 16, 100  # Pyserini's prebuilt BEIR HNSW indexes'
-EF_SEARCH = 200  # candidates a graph search keeps, at least k (SciFact: recall@100 .993 of exact; docs/search.md)
-EXACT_BELOW = 100_000  # documents: below, "auto" is exact search unless an HNSW index exists; from it, HNSW
+EF_SEARCH = 200  # candidates a graph search keeps; a k above it is searched exactly (SciFact: recall@100 .993; docs/search.md)
+EXACT_BELOW = 100_000  # documents: below, "auto" is exact search; from it, HNSW (not measured between 5k and 1M)
+THREADS = 1  # indexing threads: with more, documents enter the graph in a varying order and each build differs
 PARQUET_ROWS = 20_000  # vectors a Parquet file holds (Anserini reads a file whole, as doubles)
 SEARCHES = ("auto", "exact", "hnsw")
 CHECKED = ("recipe", "corpus", "model_digest", "documents", "ids_digest")  # what a folder must share
@@ -76,12 +78,10 @@ def default_folder(index, model) -> Path:
 def choose_hnsw(index, model, rows: LuceneRows, search: str | Path = "auto") -> "HnswIndex | None":
     """The HNSW index ``search`` asks for (module docstring), None for exact search."""
     if isinstance(search, str) and search in SEARCHES:
-        if search == "exact":
-            return None
+        if search == "exact" or (search == "auto" and index.num_docs < EXACT_BELOW):
+            return None  # below EXACT_BELOW, auto is exact even where an HNSW index was built
         folder = default_folder(index, model)
         if not (folder / RECORD).is_file():
-            if search == "auto" and index.num_docs < EXACT_BELOW:
-                return None
             build_hnsw(index, model, rows, folder)
         return HnswIndex(folder, index, model, rows)
     folder = Path(search)
@@ -93,7 +93,7 @@ def choose_hnsw(index, model, rows: LuceneRows, search: str | Path = "auto") -> 
 
 
 def build_hnsw(index, model, rows: LuceneRows | None = None, out: str | Path | None = None,
-               threads: int = 2) -> Path:
+               threads: int = THREADS) -> Path:
     """Build the HNSW index of ``index``'s embeddings under ``model`` (``rows``: those embeddings;
     None: from the cache, encoded first when missing) into ``out`` (None: the cache's folder)."""
     rows = rows if rows is not None else embeddings.corpus_embeddings(index, model)[0]
@@ -203,22 +203,27 @@ class HnswIndex:
         self.record = read_record(folder)
         refuse_other(folder, self.record, expected, index)
         self.folder, self.index, self.rows = folder, index, rows
-        self._searchers: dict[int, object] = {}
+        self._searcher = None
 
-    def searcher(self, ef: int):
-        """Anserini's searcher with ``efSearch`` ``ef`` (made once per ``ef``); under JNI_LOCK."""
-        if ef not in self._searchers:
+    def searcher(self):
+        """Anserini's searcher with ``efSearch`` ``EF_SEARCH`` (made once); under JNI_LOCK."""
+        if self._searcher is None:
             quiet()
             args = jclass("io.anserini.search.HnswDenseSearcher$Args")()
-            args.index, args.efSearch = str(self.folder), int(ef)
-            self._searchers[ef] = jclass("io.anserini.search.HnswDenseSearcher")(args)
-        return self._searchers[ef]
+            args.index, args.efSearch = str(self.folder), EF_SEARCH
+            self._searcher = jclass("io.anserini.search.HnswDenseSearcher")(args)
+        return self._searcher
 
-    def candidates(self, vector: np.ndarray, k: int) -> np.ndarray:
-        """The doc numbers of the graph's candidates for ``vector`` (efSearch at least k)."""
-        ef = max(EF_SEARCH, int(k))
+    def close(self) -> None:
         with JNI_LOCK:
-            hits = self.searcher(ef).search(np.asarray(vector, np.float32).tolist(), ef)
+            if self._searcher is not None:
+                self._searcher.close()
+                self._searcher = None
+
+    def candidates(self, vector: np.ndarray) -> np.ndarray:
+        """The doc numbers of the graph's ``EF_SEARCH`` candidates for ``vector``."""
+        with JNI_LOCK:
+            hits = self.searcher().search(np.asarray(vector, np.float32).tolist(), EF_SEARCH)
             docids = [str(hit.docid) for hit in hits]
         numbers = self.index.doc_numbers(docids)
         if (numbers < 0).any():
@@ -227,7 +232,9 @@ class HnswIndex:
 
     def search(self, vector: np.ndarray, k: int) -> TopK:
         """The k best of the graph's candidates, scored and ordered as exact search scores and orders them."""
-        numbers = self.candidates(vector, k)
+        if k > EF_SEARCH:
+            return self.rows.top(vector, k)  # deeper than the graph keeps: exact search
+        numbers = self.candidates(vector)
         return top_of(self.rows.rescore(numbers, vector), numbers, k)
 
 
@@ -237,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("index", help="a flat index folder (its stored contents are encoded, once, if not cached)")
     parser.add_argument("--dense-model", default=None, help="what load_dense_model takes (default: its default)")
     parser.add_argument("--out", default=None, help="the HNSW folder (default: beside the embeddings in the cache)")
-    parser.add_argument("--threads", type=int, default=2, help="Anserini's indexing threads")
+    parser.add_argument("--threads", type=int, default=THREADS,
+                        help=f"Anserini's indexing threads (default {THREADS}: more build faster, each graph other)")
     args = parser.parse_args(argv)
     try:
         from bm25aug.dense.loading import load_dense_model

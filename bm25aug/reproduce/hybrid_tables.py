@@ -74,3 +74,18 @@ def precision_table(recorded: dict) -> str:
                                    f"alone is timed over the first {recorded.get('latency_queries', 200)} queries, "
                                    f"its instruction included in its tokens. Recorded with "
                                    f"`{recorded['command'].strip()}`."])
+
+
+def hnsw_table(recorded: dict) -> str:
+    """The HNSW index's runs against exact search, one row per efSearch (benchmarks/bench_hnsw.py)."""
+    from bm25aug.dense.hnsw import EF_SEARCH
+
+    lines = ["| efSearch | recall@10 | recall@100 | search p50 ms |", "|---|---|---|---|"]
+    for ef, row in sorted(recorded["ef"].items(), key=lambda kv: int(kv[0])):
+        name = f"{ef} (the default, `EF_SEARCH`)" if int(ef) == EF_SEARCH else ef
+        lines.append(f"| {name} | {row['recall@10']:.4f} | {row['recall@100']:.4f} | {row['p50_ms']:.1f} |")
+    load = ", ".join(f"{x:.1f}" for x in recorded["load"])
+    return "\n".join(lines + ["", f"{recorded['dataset']}, {recorded['documents']:,} documents, {recorded['queries']} "
+                                   f"queries, {recorded['model']}, M {recorded['M']}, efConstruction {recorded['efC']}: "
+                                   f"exact search p50 {recorded['exact_p50_ms']:.1f} ms, build {recorded['build_seconds']:.1f} s; "
+                                   f"load average {load}. Recorded with `{recorded['command']}`."])

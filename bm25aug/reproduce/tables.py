@@ -23,7 +23,7 @@ import numpy as np
 from bm25aug.io import atomic_write_text
 from bm25aug.reproduce.choice_table import choice_table
 from bm25aug.reproduce.cluster_tables import corpus_name, analyzer_table, cluster_table, ingest_table, sizing_table
-from bm25aug.reproduce.hybrid_tables import cost_table, fusion_table, precision_table
+from bm25aug.reproduce.hybrid_tables import cost_table, fusion_table, hnsw_table, precision_table
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH_DATA = {"speed": ROOT / "docs" / "data" / "speed.json", "scale": ROOT / "docs" / "data" / "scale.json",
@@ -57,6 +57,8 @@ BENCH_DATA["hybrid-fusion"] = ROOT / "docs" / "data" / "hybrid_defaults.json"
 BENCH_DATA["hybrid-cost"] = ROOT / "docs" / "data" / "hybrid_cost.json"
 # bge-small-en-v1.5's fp32 and int8 exports side by side (benchmarks/bench_dense_precision.py)
 BENCH_DATA["dense-precision"] = ROOT / "docs" / "data" / "dense_precision.json"
+# The dense peer's HNSW index against exact search (benchmarks/bench_hnsw.py --json-out)
+BENCH_DATA["hnsw"] = ROOT / "docs" / "data" / "hnsw.json"
 # OpenSearch's built-in english analyzer against the flat index's (benchmarks/english_analyzer.py --record)
 BENCH_DATA["english-analyzer"] = ROOT / "docs" / "data" / "english_analyzer.json"
 METRIC_NAMES = {"ndcg@10": "nDCG@10", "recall@100": "R@100", "mrr@10": "MRR@10", "acc@5": "Acc@5",
@@ -346,7 +348,8 @@ def bench_table(name: str) -> str:
               "two-core-nolayer": two_core_table, "profile": profile_table,
               "static": static_table, "term-lists": ab_table, "seams": ab_table, "cluster": cluster_table, "cluster-ingest": ingest_table, "cluster-sizing": sizing_table, "general-models": models_table,
               "budget": budget_table, "feedback-choice": choice_table, "hybrid-fusion": fusion_table,
-              "hybrid-cost": cost_table, "dense-precision": precision_table, "english-analyzer": analyzer_table}
+              "hybrid-cost": cost_table, "dense-precision": precision_table, "english-analyzer": analyzer_table,
+              "hnsw": hnsw_table}
     return tables[name](recorded)
 
 

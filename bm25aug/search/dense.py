@@ -84,8 +84,8 @@ class ExactSearcher(Searches):
 class DenseSearcher(ExactSearcher):
     """Inner-product search over an index's documents; hits as ``BM25Searcher``'s. ``model``: a
     ``DenseModel``, or what ``load_dense_model`` takes (None: bge-small-en-v1.5). ``search``:
-    ``"auto"`` (the default: the corpus's HNSW index when one was built for this corpus and
-    model, built first when the corpus has ``EXACT_BELOW`` documents or more; else exact),
+    ``"auto"`` (the default: exact below ``EXACT_BELOW`` documents, whatever the cache holds;
+    from it, the corpus's HNSW index, built first when missing),
     ``"exact"``, ``"hnsw"`` (built when missing), or an HNSW index folder (``bm25aug.dense.hnsw``).
     ``search_kind`` says which it searches; scores are exact inner products either way."""
 
