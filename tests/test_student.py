@@ -26,9 +26,15 @@ def test_cached_offsets_are_the_analyzers_own(data_dir):
     queries = []
     for name in ("scifact", "nfcorpus", "squadshifts-reddit"):
         queries += list(load_dataset(name, data_dir).split("test").queries.values())[:300]
-    queries += ODD
     for _ in range(2):
         assert [cached_offsets(q) for q in queries] == [analyze_with_offsets(q) for q in queries]
+
+
+def test_cached_offsets_of_odd_texts_are_the_analyzers_own():
+    from bm25aug.lucene.analysis import analyze_with_offsets, cached_offsets
+
+    for _ in range(2):
+        assert [cached_offsets(q) for q in ODD] == [analyze_with_offsets(q) for q in ODD]
 
 
 def test_span_mean_is_numpys_mean_bit_for_bit():
@@ -142,4 +148,9 @@ def test_a_run_folder_is_continued_only_with_its_own_settings(tmp_path):
         distill._refuse_other_run(tmp_path, distill.DistillConfig(), resume=False)
     with pytest.raises(UserError, match="other settings \\(hidden\\)"):
         distill._refuse_other_run(tmp_path, distill.DistillConfig(hidden=192), resume=True)
-    distill._refuse_other_run(tmp_path, distill.DistillConfig(epochs=30), resume=True)  # more epochs: the same run
+    with pytest.raises(UserError, match="other settings \\(epochs\\)"):  # the schedule's length: another run
+        distill._refuse_other_run(tmp_path, distill.DistillConfig(epochs=30), resume=True)
+    distill._refuse_other_run(tmp_path, distill.DistillConfig(threads=1), resume=True)  # where it runs: the same run
+    (tmp_path / "distill.json").write_text("{")
+    with pytest.raises(UserError, match="unreadable"):
+        distill._refuse_other_run(tmp_path, distill.DistillConfig(), resume=True)

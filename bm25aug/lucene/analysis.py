@@ -4,7 +4,8 @@ The flat target needs two things from the analyzer that a flat index was built w
 
 * a query's terms with their character offsets, so that each flat term can take the weight w of
   the WordPiece tokens of the word(s) it came from (``analyze_with_offsets``, one JVM call chain
-  per query, the same token stream Pyserini's ``BagOfWordsQueryGenerator`` counts);
+  per text, the same token stream Pyserini's ``BagOfWordsQueryGenerator`` counts; search reads it
+  through ``cached_offsets``, which calls Java only for a whitespace-separated chunk not seen before);
 * a fixed sparse map from the 30,522-entry WordPiece vocabulary to flat terms, through which a(q)
   reaches the flat index (``flat_map``). Each whole-word entry is analyzed alone; stopwords,
   ``##`` pieces, ``[unused]``/special entries and entries that analyze to more than one term map
@@ -113,10 +114,10 @@ _CHUNK = re.compile(r"\S+")
 def cached_offsets(text: str) -> list[tuple[str, int, int]]:
     """``analyze_with_offsets(text)``, one whitespace-separated chunk at a time, each chunk's
     terms and offsets (within the chunk) kept in a cache of ``CHUNK_CACHE`` chunks: Java is called
-    only for a chunk not seen before, which takes a query's analysis from about 0.4 ms to a few
-    microseconds. As for ``analyze_chunks``, the analyzer never joins across whitespace; a text
-    with any character outside ASCII is analyzed whole, so that no Unicode word-break rule can
-    tell the two apart (``tests/test_fast_query.py`` checks both on real queries)."""
+    only for a chunk not seen before. As for ``analyze_chunks``, the analyzer never joins across
+    whitespace; a text with any character outside ASCII is analyzed whole, so that no Unicode
+    word-break rule can tell the two apart (``tests/test_student.py`` checks both, on real queries
+    and on odd ones)."""
     if not text.isascii():
         return analyze_with_offsets(text)
     out: list[tuple[str, int, int]] = []

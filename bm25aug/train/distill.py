@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from bm25aug.errors import UserError
-from bm25aug.io import claim_folder, derived_ok, digest, record_derived, source_key, write_json, write_jsonl
+from bm25aug.io import atomic_open, claim_folder, derived_ok, digest, record_derived, source_key, write_json, write_jsonl
 from bm25aug.progress import progress
 
 HELD_OUT = 0.05  # of the queries, never trained on: model selection
@@ -54,6 +54,14 @@ class DistillConfig:
     threads: int = 2
 
 
+FLAG_HELP = {"teacher": "the model fitted to: a packaged model's name or a checkpoint folder",
+             "recipe": "whose datasets' train queries the teacher reads", "layers": "the student's encoder layers",
+             "hidden": "the student's width (a multiple of 64)", "margin": "how far below zero a(q)'s entries that "
+             "the teacher leaves out are pushed", "aug_weight": "a(q)'s share of the loss beside w's",
+             "pseudo_queries": "pseudo-queries from each training corpus, beside its queries",
+             "threads": "torch threads (1 beside other work on two cores)"}
+
+
 @dataclass
 class TeacherOutputs:
     """Per query: the window's token ids, the teacher's w on them, and a(q)'s positive live entries."""
@@ -65,7 +73,7 @@ class TeacherOutputs:
 
     def save(self, path: Path) -> None:
         cut = lambda parts: np.cumsum([0] + [len(p) for p in parts])  # noqa: E731
-        with open(path, "wb") as f:
+        with atomic_open(path) as f:  # whole or not there
             np.savez(f, ids=np.concatenate(self.ids), w=np.concatenate(self.w), tokens=cut(self.ids),
                      a_rows=np.concatenate(self.a_rows), a_values=np.concatenate(self.a_values), entries=cut(self.a_rows))
 
@@ -103,7 +111,10 @@ def teacher_outputs(teacher, queries: list[str], out: Path) -> TeacherOutputs:
     """The teacher's outputs on each query encoded alone (as search encodes it), from the run
     folder when made before by the same teacher for the same queries."""
     path = out / TEACHER_FILE
-    source = source_key("distill-teacher", digest(teacher.onnx_path), digest("\n".join(queries).encode()))
+    # What the outputs depend on: the graph, the settings (the window among them), the tokenizer, the queries.
+    source = source_key("distill-teacher", digest(teacher.onnx_path), json.dumps(asdict(teacher.config), sort_keys=True),
+                        digest(teacher.tokenizer.backend_tokenizer.to_str().encode()),
+                        digest("\n".join(queries).encode()))
     if derived_ok(path, source):
         return TeacherOutputs.load(path)
     made = TeacherOutputs([], [], [], [])
@@ -188,14 +199,20 @@ def distill(config: DistillConfig, out: Path, data_dir: str | None = None, resum
 
 
 def _refuse_other_run(out: Path, config: DistillConfig, resume: bool) -> None:
-    """A folder with a run in it is continued only with ``--resume``, and only with its own settings."""
+    """A folder with a run in it is continued only with ``--resume``, and only with its own settings
+    (``--threads`` aside)."""
     saved = out / "distill.json"
     if saved.is_file():
         if not resume:
             raise UserError(f"{out} already holds a distillation run; fix: pass --resume to continue it, or choose "
                             f"another --output-dir")
-        before = json.loads(saved.read_text())
-        if changed := [k for k, v in asdict(config).items() if k not in ("epochs", "threads") and before.get(k) != v]:
+        try:
+            before = json.loads(saved.read_text())
+        except (OSError, ValueError) as e:
+            raise UserError(f"{saved} is unreadable ({type(e).__name__}); fix: restore it, or choose another "
+                            f"--output-dir") from None
+        # The epochs set the learning-rate schedule's length: another count would be another run.
+        if changed := [k for k, v in asdict(config).items() if k != "threads" and before.get(k) != v]:
             raise UserError(f"{out} was distilled with other settings ({', '.join(changed)}); fix: pass the same ones, "
                             f"or choose another --output-dir")
     write_json(saved, asdict(config))
@@ -277,7 +294,8 @@ def main(argv: list[str] | None = None) -> None:
     defaults = DistillConfig()
     parser = argparse.ArgumentParser(prog="python -m bm25aug.train.distill", description=__doc__.split("\n\n")[0])
     for name, value in asdict(defaults).items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value,
+                            help=f"{FLAG_HELP.get(name, '')} (default: {value})".strip())
     parser.add_argument("--output-dir", type=Path, required=True)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its last/")

@@ -56,6 +56,9 @@ def make_student(teacher: AugmenterConfig, layers: int, hidden: int, base: str |
         encoder = _narrow(encoder, layers, hidden)
     else:
         raise UserError(f"--hidden {hidden} is wider than {name} ({width}); fix: pass at most {width}")
+    if not -1 <= teacher.aug_layer <= layers:
+        raise UserError(f"the teacher pools a(q) from layer {teacher.aug_layer}, and a student of {layers} layers has "
+                        f"none; fix: pass --layers {teacher.aug_layer} or more")
     config = AugmenterConfig(**{**asdict(teacher), "encoder": teacher.encoder})
     return QueryAugmenter(config, encoder, tokenizer)
 
