@@ -18,13 +18,14 @@ from test_stock_index import pyserini_index
 QUERIES = ["what causes lions to roar", "electric car battery in a garage", "a cat on the mat"]
 
 
-@pytest.fixture(scope="module")
-def general():
-    return packaged.PACKAGED_ROOT / "general"
+@pytest.fixture(scope="module", params=packaged.names())
+def general(request):
+    """Each packaged model in turn."""
+    return packaged.PACKAGED_ROOT / request.param
 
 
 def test_general_is_shipped_small_with_its_card_and_licenses(general):
-    assert "general" in packaged.names()
+    assert general.name in packaged.names()
     record = json.loads((general / packaged.PACKAGE_FILE).read_text())
     size = sum(f.stat().st_size for f in general.iterdir())
     assert record["bytes"] <= size < 64 << 20, size  # small enough for the repository and the wheel
@@ -40,7 +41,7 @@ def test_general_is_shipped_small_with_its_card_and_licenses(general):
 
 def test_the_packaged_model_searches_a_stock_index_on_every_path_alike(general, tmp_path):
     """AugmentedSearcher, the batch path, the CLI and the server, on an index Pyserini built."""
-    assert_every_path_alike("general", pyserini_index(tmp_path / "stock.flat"))
+    assert_every_path_alike(general.name, pyserini_index(tmp_path / "stock.flat"))
 
 
 def assert_every_path_alike(model: str, stock) -> None:
@@ -73,8 +74,8 @@ def test_a_changed_file_or_another_runtime_is_one_line(general, tmp_path):
     from bm25aug.model.loading import load_encoder
 
     with pytest.raises(UserError, match="ships only its onnx-int8"):
-        load_encoder("general", "torch-fp32")
-    copy = tmp_path / "general"
+        load_encoder(general.name, "torch-fp32")
+    copy = tmp_path / general.name
     shutil.copytree(general, copy)
     data = bytearray((copy / packaged.ONNX_FILE).read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -98,3 +99,25 @@ def test_a_recipe_whose_data_may_not_ship_is_refused_before_training(monkeypatch
     monkeypatch.setitem(packaged.BUILDS, "general", {"recipe": "general", "run": "runs/never"})
     with pytest.raises(UserError, match="scifact \\(CC BY-NC 2.0\\)"):
         package_build.build("general")
+
+
+def test_a_students_build_distills_its_teacher_and_its_card_says_so():
+    """A build with a teacher (a student of a packaged model) is made by bm25aug.train.distill on the
+    recipe's queries, not by train.py, and its record and card name the teacher and the shape."""
+    from pathlib import Path
+
+    spec = {"recipe": "general-open", "run": "runs/x", "teacher": "general", "layers": 2, "hidden": 128,
+            "epochs": 10, "pseudo_queries": 8000, "seed": 13}
+    command = package_build.training_command(spec, Path("runs/x"))
+    assert command[1:3] == ["-m", "bm25aug.train.distill"]
+    flags = dict(zip(command[3::2], command[4::2]))
+    assert flags == {"--teacher": "general", "--recipe": "general-open", "--layers": "2", "--hidden": "128",
+                     "--epochs": "10", "--pseudo-queries": "8000", "--seed": "13", "--output-dir": "runs/x"}
+    assert command[-1] == "--resume"
+    record = {"name": "small", "recipe": "general-open", "training_sets": {"medquad": "CC BY 4.0"}, "run": "runs/x",
+              "dev": {}, "bytes": 7_000_000, "command": "python -m bm25aug.model.packaged small",
+              **package_build._student_record(spec)}
+    card = package_build._card(record)
+    assert "A student of the packaged model `general`: 2 encoder layers 128 wide" in card
+    assert package_build.training_command(packaged.BUILDS["general"], Path("runs/y"))[1].endswith("train.py")
+    assert package_build._student_record(packaged.BUILDS["general"]) == {}
