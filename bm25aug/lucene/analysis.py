@@ -97,14 +97,20 @@ def analyze_chunks(text: str) -> list[str]:
 
 def chunk_terms(chunk: str) -> tuple[str, ...]:
     """The analyzer's terms of one whitespace-free chunk, from the cache when it holds them."""
-    terms = _chunks.get(chunk)
-    if terms is None:
-        terms = tuple(analyze(chunk))
+    return _cached(_chunks, chunk, analyze)
+
+
+def _cached(cache: dict, chunk: str, make) -> tuple:
+    """``make(chunk)`` as a tuple, from ``cache`` when it holds it; kept there when the chunk has at
+    most ``CHUNK_CHARS`` characters (a full cache, ``CHUNK_CACHE`` chunks, is emptied first)."""
+    value = cache.get(chunk)
+    if value is None:
+        value = tuple(make(chunk))
         if len(chunk) <= CHUNK_CHARS:
-            if len(_chunks) >= CHUNK_CACHE:
-                _chunks.clear()
-            _chunks[chunk] = terms
-    return terms
+            if len(cache) >= CHUNK_CACHE:
+                cache.clear()
+            cache[chunk] = value
+    return value
 
 
 _offset_chunks: dict[str, tuple[tuple[str, int, int], ...]] = {}
@@ -122,14 +128,8 @@ def cached_offsets(text: str) -> list[tuple[str, int, int]]:
         return analyze_with_offsets(text)
     out: list[tuple[str, int, int]] = []
     for match in _CHUNK.finditer(text):
-        chunk, at = match.group(), match.start()
-        terms = _offset_chunks.get(chunk)
-        if terms is None:
-            terms = tuple(analyze_with_offsets(chunk))
-            if len(chunk) <= CHUNK_CHARS:
-                if len(_offset_chunks) >= CHUNK_CACHE:
-                    _offset_chunks.clear()
-                _offset_chunks[chunk] = terms
+        at = match.start()
+        terms = _cached(_offset_chunks, match.group(), analyze_with_offsets)
         out.extend((term, start + at, end + at) for term, start, end in terms)
     return out
 
