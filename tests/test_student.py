@@ -101,8 +101,6 @@ def test_distillation_fits_the_teacher_resumes_and_serves(teacher, tiny_wp, tmp_
     resumed ends where one uninterrupted run ends; best/ searches alike alone and in batch."""
     from bm25aug.search.augmented import AugmentedSearcher
     from bm25aug.train import distill
-    from bm25aug.train.losses import OutputMatchLoss
-    from bm25aug.train.student import make_student
 
     queries = [f"{a} {b} cancer treatment" for a in ("lung", "breast", "skin", "bone", "blood", "brain")
                for b in ("early", "late", "rare", "common", "chronic")]
@@ -110,11 +108,7 @@ def test_distillation_fits_the_teacher_resumes_and_serves(teacher, tiny_wp, tmp_
 
     def run(out):
         out.mkdir(parents=True, exist_ok=True)
-        data = distill.teacher_outputs(teacher, queries, out)
-        torch.manual_seed(config.seed)
-        model = make_student(teacher.config, config.layers, config.hidden)
-        loss_fn = OutputMatchLoss(float(model.config.weight_floor), config.margin)
-        distill._train(model, loss_fn, data, torch.from_numpy(model.target.live), config, out, resume=True)
+        distill.fit(teacher, queries, config, out, resume=True)
         return [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
 
     whole = run(tmp_path / "whole")

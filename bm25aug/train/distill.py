@@ -177,25 +177,31 @@ def split_queries(n: int, seed: int) -> tuple[list[int], list[int]]:
 def distill(config: DistillConfig, out: Path, data_dir: str | None = None, resume: bool = False) -> Path:
     """Train the student into ``out`` (see the module's text); returns ``out / "best"``."""
     from bm25aug.model.loading import load_encoder
-    from bm25aug.train.losses import OutputMatchLoss
-    from bm25aug.train.student import make_student, student_shape
+    from bm25aug.train.student import student_shape
 
     student_shape(config.layers, config.hidden)
     lock = claim_folder(out, RUN_MARKER, "a distillation run", "--output-dir")
     try:
         _refuse_other_run(out, config, resume)
-        torch.manual_seed(config.seed)
         torch.set_num_threads(config.threads)
         teacher = load_encoder(config.teacher, "onnx-int8")
-        queries = training_queries(config.recipe, data_dir, config.pseudo_queries, config.seed)
-        data = teacher_outputs(teacher, queries, out)
-        model = make_student(teacher.config, config.layers, config.hidden)
-        rows = torch.from_numpy(model.target.live)
-        loss_fn = OutputMatchLoss(float(model.config.weight_floor), config.margin, config.aug_weight)
-        _train(model, loss_fn, data, rows, config, out, resume)
+        fit(teacher, training_queries(config.recipe, data_dir, config.pseudo_queries, config.seed), config, out, resume)
     finally:
         lock.release()
     return out / "best"
+
+
+def fit(teacher, queries: list[str], config: DistillConfig, out: Path, resume: bool = False) -> None:
+    """The teacher's outputs on ``queries`` (from ``out`` when kept), then a seeded student
+    fitted to them in ``out`` (``_train``); the folder is the caller's to claim."""
+    from bm25aug.train.losses import OutputMatchLoss
+    from bm25aug.train.student import make_student
+
+    data = teacher_outputs(teacher, queries, out)
+    torch.manual_seed(config.seed)  # the teacher's pass draws nothing from torch: the student's start is the seed's
+    model = make_student(teacher.config, config.layers, config.hidden)
+    loss_fn = OutputMatchLoss(float(model.config.weight_floor), config.margin, config.aug_weight)
+    _train(model, loss_fn, data, torch.from_numpy(model.target.live), config, out, resume)
 
 
 def _refuse_other_run(out: Path, config: DistillConfig, resume: bool) -> None:
