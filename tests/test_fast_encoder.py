@@ -101,6 +101,28 @@ def test_export_is_made_once_and_follows_the_weights(offline_model, tmp_path):
     assert fast.encode("cats")["cats"] == pytest.approx(reference.encode("cats")["cats"], rel=0.15)
 
 
+def test_another_checkpoint_of_the_same_weights_is_not_exported_again(offline_model, tmp_path, monkeypatch):
+    """The export is made once per source, in the cache, and copied into each checkpoint's onnx/:
+    a second checkpoint of the same weights gets the same bytes with nothing exported (a damaged
+    cached copy fails ``derived_ok`` as a checkpoint's own does, and is exported again)."""
+    import bm25aug.model.onnx_encoder as onnx_encoder
+
+    monkeypatch.setattr(onnx_encoder, "CACHE_DIR", tmp_path / "cache")
+    first, second = tmp_path / "first", tmp_path / "second"
+    offline_model.save_pretrained(first)
+    offline_model.save_pretrained(second)
+    source = export_source(first)
+    assert export_source(second) == source
+    expected = load_encoder(first, "onnx-int8").encode("cats and lions")
+    cached = tmp_path / "cache" / source / "model.int8.onnx"
+    assert cached.read_bytes() == (first / ONNX_DIR / "model.int8.onnx").read_bytes()
+    exports = []
+    real = onnx_encoder.export_onnx
+    monkeypatch.setattr(onnx_encoder, "export_onnx", lambda *a: exports.append(a) or real(*a))
+    assert load_encoder(second, "onnx-int8").encode("cats and lions") == expected and exports == []
+    assert (second / ONNX_DIR / "model.int8.onnx").read_bytes() == cached.read_bytes()
+
+
 def test_every_runtime_encodes(checkpoint):
     """torch-int8 (dynamically quantized Linear layers) encodes as the others do."""
     for runtime in ("torch-fp32", "torch-int8", "onnx-int8"):

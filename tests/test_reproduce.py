@@ -116,3 +116,42 @@ def test_the_gpu_run_quoted_in_the_docs_is_the_recorded_one():
     assert f"trained the SciFact default in {seconds[2]} s" in text
     assert f"best dev nDCG@10 of {max(cuda):.4f} against {max(cpu):.4f} for the CPU run" in text
     assert max(abs(a - b) for a, b in zip(cuda, cpu)) < 0.005 and "within 0.005 of the CPU run" in text
+
+
+def test_an_eval_command_runs_in_this_process_from_the_repository_root_and_fails_in_one_line(tmp_path, monkeypatch):
+    """A condition's ``python eval.py`` runs eval.py's own entry point here, in the repository root
+    whatever the caller's folder (its relative paths are the README's), and its output stays out
+    of this run's; a command that fails is one line naming it and its error's last line."""
+    import json
+    import os
+
+    import pytest
+
+    from bm25aug.errors import UserError
+    from bm25aug.reproduce.conditions import ROOT, Condition, run_condition
+
+    seen = []
+
+    def fake_main(argv):
+        seen.append((list(argv), os.getcwd()))
+        print("a table nobody asked for")
+        if "--dataset" in argv and argv[argv.index("--dataset") + 1] == "nowhere":
+            import sys
+
+            print("error: no dataset 'nowhere'; fix: pass one of the shared sets", file=sys.stderr)
+            return 2
+        Path(argv[argv.index("--json-out") + 1]).write_text(json.dumps({"ndcg@10": 0.5}))
+        return 0
+
+    monkeypatch.setattr("bm25aug.cli.main", fake_main)
+    monkeypatch.chdir(tmp_path)
+    fields = {f.name: None for f in dataclasses.fields(Condition)} | {"expected": {}, "tolerance": {}, "fast": True}
+    ok = Condition(**{**fields, "name": "x", "command": "python eval.py --dataset scifact --method bm25-flat"})
+    assert run_condition(ok) == {"ndcg@10": 0.5}
+    assert seen[0][0][:5] == ["eval", "--dataset", "scifact", "--method", "bm25-flat"] and seen[0][1] == str(ROOT)
+    assert os.getcwd() == str(tmp_path)  # given back
+    bad = Condition(**{**fields, "name": "y", "command": "python eval.py --dataset nowhere"})
+    with pytest.raises(UserError) as error:
+        run_condition(bad)
+    assert str(error.value) == ("`python eval.py --dataset nowhere` failed (error: no dataset 'nowhere'; fix: pass one "
+                                "of the shared sets); fix: run it by hand to see why")

@@ -5,8 +5,10 @@ encoded alone on one thread, where PyTorch's per-operator overhead dominates; ON
 the same graph with int8 weights (dynamic quantization of every MatMul) at a fraction of the cost.
 ``tests/test_fast_encoder.py`` bounds how far its term lists drift from the fp32 ones.
 
-The ONNX file is exported once per checkpoint, into ``<checkpoint>/onnx/`` (or, when the
-checkpoint is read-only, into ``~/.cache/bm25aug/onnx/<hash>/``). Its record (``bm25aug.io``'s
+The ONNX file is exported once per source (what it is made from, below), into
+``~/.cache/bm25aug/onnx/<source>/``, and copied into the checkpoint's ``<checkpoint>/onnx/`` (the
+cached one is read where the checkpoint is read-only, or a training run is writing it): a copied
+model folder, or another checkpoint of the same weights, is not exported again. Its record (``bm25aug.io``'s
 derived files) ties it to what it came from, the weights, the model config (the heads' settings
 are in the graph) and the export recipe, and holds its checksum: new weights or settings, or a
 changed, truncated or swapped ``.onnx``, and it is exported again. ``AugmentedSearcher``, ``bm25aug export`` and
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import warnings
 from pathlib import Path
 
@@ -160,16 +163,35 @@ def _built(folder: Path, file: str, make):
 
 
 def onnx_path(checkpoint: Path, model: QueryAugmenter, source: str | None = None) -> Path:
-    """The int8 export of ``checkpoint`` (whose files hash to ``source``), made first when missing,
-    damaged or made from anything else. A checkpoint that a training run is writing (its run
-    folder's lock is held: best/ may be replaced at any moment) is exported into the cache."""
+    """The int8 export of ``checkpoint`` (whose files hash to ``source``): its own, or the cache's
+    copied into it, or one exported first into the cache when neither is whole and made from
+    ``source``. A checkpoint that a training run is writing (its run folder's lock is held: best/
+    may be replaced at any moment) reads the cache's, with nothing copied into it."""
     source = source or export_source(checkpoint)
-    for folder in (checkpoint / ONNX_DIR, CACHE_DIR / source):
-        if derived_ok(folder / ONNX_FILE, source):
-            return folder / ONNX_FILE
-    own = checkpoint / ONNX_DIR  # a file or a link there is not ours to replace: the cache serves instead
+    own, cached = checkpoint / ONNX_DIR, CACHE_DIR / source  # a file or a link at own is not ours to replace
+    if derived_ok(own / ONNX_FILE, source):
+        return own / ONNX_FILE
+    if not derived_ok(cached / ONNX_FILE, source):
+        log.info("exporting %s to ONNX (int8) in %s", checkpoint, cached)
+        export_onnx(model, cached, source)
     usable = os.access(checkpoint, os.W_OK) and (not own.exists() or own.is_dir()) and not own.is_symlink() \
         and not lock_held(checkpoint.parent)
-    folder = own if usable else CACHE_DIR / source
-    log.info("exporting %s to ONNX (int8) in %s", checkpoint, folder)
-    return export_onnx(model, folder, source)
+    if not usable:
+        return cached / ONNX_FILE
+    return copy_export(cached, own, source)
+
+
+def copy_export(cached: Path, own: Path, source: str) -> Path:
+    """The cached export and its record copied into a checkpoint's ``onnx/`` (atomically), so that
+    the checkpoint's folder carries its export when it is copied or moved; the cached one is the
+    checkpoint's when that copy cannot be made (a full disk: logged)."""
+    record = f"{ONNX_FILE}.source.json"
+    try:
+        with atomic_dir(own, (record, "source.json"), what="an ONNX export of bm25aug") as tmp:
+            for name in (ONNX_FILE, record):
+                shutil.copyfile(cached / name, tmp / name)
+    except OSError as e:
+        log.warning("the export of %s could not be copied into %s (%s); it is read from %s", own.parent, own,
+                    e.strerror or type(e).__name__, cached)
+        return cached / ONNX_FILE
+    return own / ONNX_FILE if derived_ok(own / ONNX_FILE, source) else cached / ONNX_FILE

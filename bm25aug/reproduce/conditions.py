@@ -5,7 +5,9 @@
     python -m bm25aug.reproduce --record [--only PATTERN]  # after a change meant to move results
 
 Each condition's command runs as it is written (``python eval.py ...`` with ``--json-out``
-added), in the repository root, so that what is checked is what a user types. Exits 1 when any
+added), in the repository root, so that what is checked is what a user types: a ``python eval.py``
+command by running the script itself in this process (``runpy``), so that every condition shares
+one interpreter and one JVM; any other command (a training) as a subprocess. Exits 1 when any
 metric misses its tolerance. The table is also written as Markdown and JSON under ``--out``.
 ``--record`` writes the run's values into ``reproductions.yaml`` instead of failing on them
 (then ``--write-readme``), except where an exact baseline moved: that is a bug, never a new result.
@@ -15,13 +17,17 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import io
 import json
+import os
 import re
+import runpy
 import shlex
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,11 +73,33 @@ def load_conditions(path: Path = CONDITIONS_FILE) -> list[Condition]:
 
 def _run(command: str, extra: list[str]) -> None:
     args = shlex.split(command)
+    if args[:2] == ["python", "eval.py"]:
+        return _run_eval(command, [*args[2:], *extra])
     if args[0] == "python":
         args[0] = sys.executable
     proc = subprocess.run([*args, *extra], cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise UserError(f"`{command}` failed ({tail}); fix: run it by hand to see why")
+
+
+def _run_eval(command: str, argv: list[str]) -> None:
+    """``python eval.py ARGV``: the script itself (``runpy``, as ``python`` runs it), in this process
+    and in the repository root; its printed table is kept out of this run's output."""
+    out, err, cwd, saved = io.StringIO(), io.StringIO(), os.getcwd(), sys.argv
+    try:
+        os.chdir(ROOT)
+        sys.argv = ["eval.py", *argv]
+        with redirect_stdout(out), redirect_stderr(err):
+            runpy.run_path(str(ROOT / "eval.py"), run_name="__main__")
+        code = 0
+    except SystemExit as e:  # eval.py ends with sys.exit(main(...))
+        code = e.code if isinstance(e.code, int) else 1
+    finally:
+        os.chdir(cwd)
+        sys.argv = saved
+    if code != 0:
+        tail = (err.getvalue().strip().splitlines() or ["(no output)"])[-1]
         raise UserError(f"`{command}` failed ({tail}); fix: run it by hand to see why")
 
 
