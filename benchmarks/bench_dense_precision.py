@@ -1,12 +1,14 @@
-"""bge-small-en-v1.5's two pinned exports, fp32 and int8, side by side in one run: test nDCG@10
+"""bge-small-en-v1.5's two pinned exports, fp32 and int8, and the default that splits them (the
+corpus by int8, queries by fp32: ``bge-small-en-v1.5-int8-corpus``), side by side in one run: test nDCG@10
 of the dense peer alone, the corpus encoding's documents per second, one query's encoding time
 (p50, p95), how long the queries are in tokens (instruction included), and what capping a query's
 tokens (``--query-caps``) would cost in nDCG@10, per dataset.
 
-    python benchmarks/bench_dense_precision.py [--datasets scifact nfcorpus] [--query-caps 32 64] [--json-out docs/data/dense_precision.json]
+    python benchmarks/bench_dense_precision.py [--datasets scifact nfcorpus] [--query-caps 32 512] [--json-out docs/data/dense_precision.json]
 
-A cap is measured here only (the query's tokenizer truncated at it, the corpus's vectors as cached);
-the product encodes a query up to the model's own limit (512).
+nDCG@10 is the product's: a query cut at ``QUERY_TOKENS`` (64) tokens, its instruction included.
+Each other cap is measured here only (the query side's tokenizer truncated at it, the corpus's
+vectors as cached); 512 is the model's own limit, so it is the query uncut.
 
 Each corpus is encoded through the embeddings cache (``bm25aug.dense.embeddings``), so a corpus
 encoded before is not encoded again: its documents per second are then the ones its cache
@@ -28,9 +30,10 @@ from bm25aug.data.registry import load_dataset
 from bm25aug.eval.metrics import evaluate_split
 from bm25aug.io import write_json
 from bm25aug.lucene.index import ensure_index
+from bm25aug.dense.models import QUERY_TOKENS, SplitPrecision
 from bm25aug.search.dense import DenseSearcher
 
-MODELS = ("bge-small-en-v1.5-fp32", "bge-small-en-v1.5-int8")
+MODELS = ("bge-small-en-v1.5-fp32", "bge-small-en-v1.5-int8", "bge-small-en-v1.5-int8-corpus")
 LATENCY_QUERIES = 200  # queries timed one by one, each encoded alone
 
 
@@ -49,18 +52,18 @@ def one_dataset(name: str, models: tuple[str, ...], caps: tuple[int, ...] = ()) 
         row["documents"] = docs
         cached = setup_s < 0.5 * searcher.encode_seconds  # the embeddings came from the cache
         metrics = evaluate_split(searcher.batch_search(queries, qids, k=1000), split, dataset.corpus)
-        capped = {}
+        capped, side = {}, query_side(searcher.model)
         for cap in caps:  # the queries' tokens cut at `cap`, instruction included; documents as cached
-            searcher.model.tokenizer.enable_truncation(cap)
+            side.query_tokenizer.enable_truncation(cap)
             capped[str(cap)] = evaluate_split(searcher.batch_search(queries, qids, k=1000), split,
                                               dataset.corpus)["ndcg@10"]
-        searcher.model.tokenizer.enable_truncation(searcher.model.kind.max_tokens)
+        side.query_tokenizer.enable_truncation(QUERY_TOKENS)
         times = []
         for query in queries[:LATENCY_QUERIES]:
             start = time.perf_counter()
             searcher.model.encode_queries([query])
             times.append((time.perf_counter() - start) * 1000)
-        lengths = [len(searcher.model.tokenizer.encode(searcher.model.kind.query_prefix + q).ids) for q in queries]
+        lengths = [len(side.tokenizer.encode(side.kind.query_prefix + q).ids) for q in queries]  # uncut
         row["models"][model] = {
             "ndcg@10": metrics["ndcg@10"], "recall@100": metrics.get("recall@100"), "ndcg@10_query_cap": capped,
             "encode_s": searcher.encode_seconds, "docs_per_s": docs / searcher.encode_seconds, "cached": cached,
@@ -73,11 +76,16 @@ def one_dataset(name: str, models: tuple[str, ...], caps: tuple[int, ...] = ()) 
     return row
 
 
+def query_side(model):
+    """The export that encodes a model's queries (a split model's query export)."""
+    return model.queries if isinstance(model, SplitPrecision) else model
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--datasets", nargs="+", default=["scifact", "nfcorpus"])
     p.add_argument("--models", nargs="+", default=list(MODELS))
-    p.add_argument("--query-caps", nargs="*", type=int, default=[32, 64])
+    p.add_argument("--query-caps", nargs="*", type=int, default=[32, 512])
     p.add_argument("--json-out", default="docs/data/dense_precision.json")
     args = p.parse_args()
     out = {"command": " ".join(["python benchmarks/bench_dense_precision.py", *sys.argv[1:]]),

@@ -140,10 +140,12 @@ def _eval_parser(sub) -> None:
 
 def _fusion_args(p, what: str) -> None:
     """The dense peer and the fusion of a hybrid (``bm25aug.search.hybrid``)."""
+    from bm25aug.dense.models import DEFAULT_DENSE_MODEL
     from bm25aug.search.hybrid import DEFAULT_FUSION, FUSIONS
 
-    p.add_argument("--dense-model", help=f"the dense peer of {what} (default: bge-small-en-v1.5; "
-                                         "bge-small-en-v1.5-int8, all-MiniLM-L6-v2, a Hub name, a model folder or KIND=FOLDER)")
+    p.add_argument("--dense-model", help=f"the dense peer of {what} (default: {DEFAULT_DENSE_MODEL}, the corpus "
+                                         "by int8, queries by fp32; bge-small-en-v1.5-fp32, bge-small-en-v1.5-int8, "
+                                         "all-MiniLM-L6-v2, a Hub name, a model folder or KIND=FOLDER)")
     p.add_argument("--fusion", choices=FUSIONS, help=f"how a hybrid fuses (default: {DEFAULT_FUSION.method})")
     p.add_argument("--fusion-weight", type=float, help="interpolation: the sparse side's share, 0 to 1 (default: "
                                                        f"{DEFAULT_FUSION.weight:g})")

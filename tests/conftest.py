@@ -117,6 +117,10 @@ class Counting:
         self.model, self.name, self.dim, self.digest = model, model.name, model.dim, model.digest
         self.documents, self.calls, self.fail_after = 0, 0, fail_after
 
+    @property
+    def corpus_encoder(self):
+        return self
+
     def encode_queries(self, texts):
         return self.model.encode_queries(texts)
 

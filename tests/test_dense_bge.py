@@ -259,22 +259,58 @@ def test_an_interrupted_encoding_resumes_from_its_last_chunk(bge, tiny_wp, cache
 
 # -------------------------------------------------------------------------------------- searchers
 def test_the_searchers_default_to_bge_and_adapt_names_it_as_teacher(bge, tiny_wp, cache):
+    """The default is bge-small split by precision (``SPLIT_NAME``): the corpus by the int8 export,
+    queries by fp32. Its corpus cache is int8's own (one set of embeddings, shared with
+    ``bge-small-en-v1.5-int8`` alone), its queries' vectors are fp32's, and a batch equals search."""
     from bm25aug.adapt.teacher import make_teacher
+    from bm25aug.dense import DEFAULT_DENSE_MODEL, load_dense_model
+    from bm25aug.dense.models import SPLIT_NAME
     from bm25aug.lucene.reader import LuceneIndex
     from bm25aug.search.dense import DenseSearcher
     from bm25aug.search.hybrid import HybridSearcher
 
     dense = DenseSearcher(tiny_wp[2])
-    assert dense.model.name == BGE.name and dense.model.digest == bge.digest
+    assert DEFAULT_DENSE_MODEL == dense.model.name == SPLIT_NAME == "bge-small-en-v1.5-int8-corpus"
+    assert dense.model.queries.digest == bge.digest and dense.model.documents.name == "bge-small-en-v1.5-int8"
+    int8 = DenseSearcher(tiny_wp[2], "bge-small-en-v1.5-int8")
+    assert np.array_equal(np.asarray(dense.embeddings), np.asarray(int8.embeddings))
+    assert len([p for p in cache.iterdir() if p.is_dir()]) == 1  # int8's embeddings, made once for both
+    queries = ["big cats lions", "rain and wind", "electric car"]
+    assert np.allclose(dense.model.encode_queries(queries), bge.encode_queries(queries), atol=1e-6)
     top = dense.search_arrays("big cats lions", 3)
     assert dense.hits(top)[0].docid == "d3"
-    assert HybridSearcher.from_pretrained(None, tiny_wp[2], k1=0.9, b=0.4).dense.model.name == BGE.name
+    batch = dense.batch_search(queries, [f"q{i}" for i in range(3)], k=3)
+    assert [batch[f"q{i}"] == dense.search(q, 3) for i, q in enumerate(queries)] == [True] * 3
+    assert HybridSearcher.from_pretrained(None, tiny_wp[2], k1=0.9, b=0.4).dense.model.name == SPLIT_NAME
+    with pytest.raises(UserError) as error:
+        from bm25aug.dense.models import SplitPrecision
+
+        SplitPrecision("mixed", bge, load_dense_model("all-MiniLM-L6-v2"))
+    assert "not one kind" in one_line(error)
     index = LuceneIndex(tiny_wp[2])
     teacher = make_teacher("dense:bge-small-en-v1.5", index)
     assert teacher.model.name == BGE.name and "bge-small-en-v1.5" in teacher.name
     assert make_teacher("dense", index).model.name == MINILM.name  # adapt's default until measured with bge
     scores = teacher.scores(["big cats lions"], [index.doc_numbers(["d3", "d5"]).tolist()])
     assert scores[0][0] > scores[0][1]
+
+
+def test_a_query_is_cut_at_query_tokens_and_a_document_is_not(bge):
+    """A query's tokens, instruction included, stop at ``QUERY_TOKENS``: a query longer than that
+    has the vector of its cut; a document of the same text is read to the kind's 512 tokens."""
+    from bm25aug.dense.models import QUERY_TOKENS
+
+    words = [f"word{i}" for i in range(120)]
+    long = " ".join(words)
+    ids = bge.query_tokenizer.encode(BGE.query_prefix + long).ids
+    assert len(ids) == QUERY_TOKENS == 64 and len(bge.tokenizer.encode(BGE.query_prefix + long).ids) > QUERY_TOKENS
+    cut = np.array([ids], np.int64)
+    assert np.allclose(bge.encode_queries([long])[0], bge.embed_ids(cut, np.ones_like(cut))[0], atol=1e-6)
+    assert np.allclose(bge.encode_queries([long]), bge.encode_queries([long + " more words after the cut"]), atol=1e-6)
+    assert not np.allclose(bge.encode_documents([long]), bge.encode_documents([long + " more words after the cut"]),
+                           atol=1e-4)
+    short = "vitamin b12 deficiency"  # under the cap: as the whole text with its instruction
+    assert np.allclose(bge.encode_queries([short]), bge.encode_documents([BGE.query_prefix + short]), atol=1e-6)
 
 
 # ------------------------------------------------------------------------------------------ int8

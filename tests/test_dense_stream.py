@@ -35,6 +35,10 @@ class Hashed:
         v = np.random.default_rng(seed).standard_normal(self.dim).astype(np.float32)
         return v / np.linalg.norm(v)
 
+    @property
+    def corpus_encoder(self) -> "Hashed":
+        return self
+
     def encode_queries(self, texts: list[str]) -> np.ndarray:
         return np.stack([self.vector(t) for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
 
@@ -170,3 +174,43 @@ def test_an_interrupted_encoding_resumes_and_writes_the_format_of_before(tmp_pat
     again = Counting(Hashed())
     embeddings.corpus_embeddings(index, again, chunk=100)
     assert again.documents == 0
+
+
+class Split:
+    """A model whose corpus is encoded by another (``Encoder.corpus_encoder``), as the default
+    ``SplitPrecision`` is: queries by ``queries``, documents by ``documents``."""
+
+    def __init__(self, queries, documents):
+        self.queries, self.documents, self.dim = queries, documents, documents.dim
+        self.name, self.digest = "split", hashlib.blake2b(b"split", digest_size=16).hexdigest()
+
+    @property
+    def corpus_encoder(self):
+        return self.documents
+
+    def encode_queries(self, texts):
+        return self.queries.encode_queries(texts)
+
+    def encode_documents(self, texts):
+        return self.documents.encode_documents(texts)
+
+
+def test_a_split_model_searches_its_document_encoders_cache_with_its_own_query_vectors(tmp_path, cache):
+    """The corpus cache and the HNSW index's key and record are the document encoder's: a split
+    model reuses the embeddings its document export made alone (nothing encoded again), and its
+    queries are its query encoder's."""
+    from bm25aug.dense import embeddings, hnsw
+    from bm25aug.search.dense import DenseSearcher
+
+    _, index = make_index(tmp_path, 300)
+    documents, queries = Counting(Hashed(name="documents")), Hashed(name="queries")
+    alone = DenseSearcher(index, documents, search="exact")
+    assert documents.documents == 300
+    split = DenseSearcher(index, Split(queries, documents), search="exact")
+    assert documents.documents == 300 and len([p for p in cache.iterdir() if p.is_dir()]) == 1
+    assert np.array_equal(np.asarray(split.embeddings), np.asarray(alone.embeddings))
+    assert hnsw.default_folder(index, split.model) == hnsw.default_folder(index, documents)
+    assert hnsw.expected_record(index, split.model) == hnsw.expected_record(index, documents)
+    query = "a query of words"
+    expected = embeddings.top_rows(np.asarray(alone.embeddings) @ queries.vector(query), 10)
+    assert same(split.search_arrays(query, 10), expected)

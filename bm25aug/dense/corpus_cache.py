@@ -99,6 +99,7 @@ def cached_corpus(index, model: Encoder, store: VectorStore, root: Path, chunk: 
     """The vector of every document of ``index`` (a ``LuceneIndex``) under ``model``, one row per
     Lucene doc number, and the seconds their encoding took: from ``root / store.space`` when this
     corpus was encoded by this model before, else encoded now (resuming an interrupted encoding)."""
+    model = model.corpus_encoder  # a split model's corpus is its document export's (same vectors, same cache)
     corpus = corpus_identity(index)
     key = source_key(store.space, store.recipe, corpus, model.digest)
     folder = root / store.space / key

@@ -115,8 +115,8 @@ class LuceneRows:
         best = EMPTY
         for at in range(0, len(self), SCORE_ROWS):
             block = top_of(dot(self.vectors[at:at + SCORE_ROWS], vector), self.by_id[at:at + SCORE_ROWS], k)
-            best = top_of(np.concatenate([best.scores, block.scores]),
-                          np.concatenate([best.lucene_ids, block.lucene_ids]), k)
+            best = block if not at else top_of(np.concatenate([best.scores, block.scores]),
+                                               np.concatenate([best.lucene_ids, block.lucene_ids]), k)
         return best
 
 

@@ -64,13 +64,15 @@ _quiet: list = []
 
 
 def expected_record(index, model) -> dict:
-    """What an HNSW index of ``index``'s corpus under ``model`` records."""
+    """What an HNSW index of ``index``'s corpus under ``model`` records (its document encoder's)."""
+    model = model.corpus_encoder
     return {"recipe": RECIPE, "corpus": corpus_identity(index), "model": model.name, "model_digest": model.digest,
             "documents": int(index.num_docs), "ids_digest": ids_digest(index), "M": M, "efC": EF_CONSTRUCTION}
 
 
 def default_folder(index, model) -> Path:
     """Where the HNSW index of ``index``'s corpus under ``model`` sits in the cache."""
+    model = model.corpus_encoder
     key = source_key(HNSW, RECIPE, corpus_identity(index), model.digest, M, EF_CONSTRUCTION)
     return embeddings.CACHE_ROOT / HNSW / key
 

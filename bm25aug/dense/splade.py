@@ -71,6 +71,10 @@ class SpladeModel:
         self.pad = self.tokenizer.pad_token_id or 0
         self.digest = source_key("splade-model", RECIPE, MAX_TOKENS, files)
 
+    @property
+    def corpus_encoder(self) -> "SpladeModel":
+        return self
+
     def encode_queries(self, texts: list[str]) -> sp.csr_matrix:
         return self.encode_documents(texts)
 

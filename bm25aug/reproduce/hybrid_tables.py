@@ -1,7 +1,7 @@
 """The tables of hybrid search's recorded runs: the fusion chosen on the shared sets' dev splits
 (``research/hybrid_defaults.py``, ``docs/data/hybrid_defaults.json``), what a hybrid costs
 beside bm25-flat (``benchmarks/bench_hybrid.py``, ``docs/data/hybrid_cost.json``), and the dense
-side's two exports, fp32 and int8 (``benchmarks/bench_dense_precision.py``,
+side's exports, fp32, int8 and the two split (``benchmarks/bench_dense_precision.py``,
 ``docs/data/dense_precision.json``)."""
 
 from __future__ import annotations
@@ -43,18 +43,23 @@ def cost_table(recorded: dict) -> str:
     for name, lat in recorded["latency_ms"].items():
         rates = [f"{recorded['qps'][t][name]['qps']:,.0f} (x{recorded['qps'][t][name]['over_first']:.3g})" for t in threads]
         lines.append(f"| {name} | {lat['p50']:.2f} | {lat['p95']:.2f} | {lat['p50_over_bm25']:.1f} | " + " | ".join(rates) + " |")
+    model = f" ({recorded['dense_model']} unless named)" if "dense_model" in recorded else ""
+    load = (f"; load average {recorded['load_before'][0]:.1f} before, {recorded['load_after'][0]:.1f} after"
+            if "load_after" in recorded else "")
     return "\n".join(lines + ["", f"{recorded['dataset']} {recorded['split']}, {recorded['queries']} queries, "
-                                   f"k={recorded['k']}, fusion {recorded['fusion']}; the dense side's corpus encoding "
-                                   f"took {recorded['corpus_encode_s']:,.0f} s once (cached), its embeddings "
-                                   f"{recorded['embeddings_mb']:.1f} MB. Recorded with `{recorded['command']}`."])
+                                   f"k={recorded['k']}, fusion {recorded['fusion']}; the dense side's{model} corpus "
+                                   f"encoding took {recorded['corpus_encode_s']:,.0f} s once (cached), its embeddings "
+                                   f"{recorded['embeddings_mb']:.1f} MB{load}. Recorded with `{recorded['command']}`."])
 
 
 def precision_table(recorded: dict) -> str:
     """Per dataset and export: test nDCG@10, corpus documents per second and a query's encoding."""
-    caps = list(next(iter(next(iter(recorded["datasets"].values()))["models"].values())).get("ndcg@10_query_cap", {}))
-    lines = ["| dataset | export | nDCG@10 | ΔnDCG@10 vs fp32 | R@100 | ΔR@100 vs fp32 | corpus docs/s | speed-up "
+    models = next(iter(recorded["datasets"].values()))["models"]
+    caps, base = list(next(iter(models.values())).get("ndcg@10_query_cap", {})), next(iter(models))
+    lines = [f"| dataset | export | nDCG@10 | ΔnDCG@10 vs {base} | R@100 | ΔR@100 vs {base} | corpus docs/s | speed-up "
              "| query encode p50 / p95 ms | query tokens p50 / p99 / max |"
-             + "".join(f" nDCG@10, queries cut at {c} tokens |" for c in caps), "|---|" * 1 + "---|" * (9 + len(caps))]
+             + "".join(f" nDCG@10, queries {'uncut (512)' if c == '512' else f'cut at {c} tokens'} |" for c in caps),
+             "|---|" * 1 + "---|" * (9 + len(caps))]
     for name, row in recorded["datasets"].items():
         first = next(iter(row["models"].values()))
         for model, m in row["models"].items():

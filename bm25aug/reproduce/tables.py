@@ -57,6 +57,8 @@ BENCH_DATA["hybrid-fusion"] = ROOT / "docs" / "data" / "hybrid_defaults.json"
 BENCH_DATA["hybrid-cost"] = ROOT / "docs" / "data" / "hybrid_cost.json"
 # bge-small-en-v1.5's fp32 and int8 exports side by side (benchmarks/bench_dense_precision.py)
 BENCH_DATA["dense-precision"] = ROOT / "docs" / "data" / "dense_precision.json"
+# ... and the default, which splits them (the corpus by int8, queries by fp32), beside int8 alone
+BENCH_DATA["dense-split"] = ROOT / "docs" / "data" / "dense_split.json"
 # The dense peer's HNSW index against exact search (benchmarks/bench_hnsw.py --json-out)
 BENCH_DATA["hnsw"] = ROOT / "docs" / "data" / "hnsw.json"
 # OpenSearch's built-in english analyzer against the flat index's (benchmarks/english_analyzer.py --record)
@@ -348,7 +350,7 @@ def bench_table(name: str) -> str:
               "two-core-nolayer": two_core_table, "profile": profile_table,
               "static": static_table, "term-lists": ab_table, "seams": ab_table, "cluster": cluster_table, "cluster-ingest": ingest_table, "cluster-sizing": sizing_table, "general-models": models_table,
               "budget": budget_table, "feedback-choice": choice_table, "hybrid-fusion": fusion_table,
-              "hybrid-cost": cost_table, "dense-precision": precision_table, "english-analyzer": analyzer_table,
+              "hybrid-cost": cost_table, "dense-precision": precision_table, "dense-split": precision_table, "english-analyzer": analyzer_table,
               "hnsw": hnsw_table}
     return tables[name](recorded)
 

@@ -83,7 +83,7 @@ class ExactSearcher(Searches):
 
 class DenseSearcher(ExactSearcher):
     """Inner-product search over an index's documents; hits as ``BM25Searcher``'s. ``model``: a
-    ``DenseModel``, or what ``load_dense_model`` takes (None: bge-small-en-v1.5). ``search``:
+    ``DenseModel``, or what ``load_dense_model`` takes (None: ``DEFAULT_DENSE_MODEL``). ``search``:
     ``"auto"`` (the default: exact below ``EXACT_BELOW`` documents, whatever the cache holds;
     from it, the corpus's HNSW index, built first when missing),
     ``"exact"``, ``"hnsw"`` (built when missing), or an HNSW index folder (``bm25aug.dense.hnsw``).
