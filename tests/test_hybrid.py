@@ -160,6 +160,30 @@ def test_the_bm25_hybrid_and_the_companions_of_eval(corpus):
         assert [h.docid for h in result.runs["dense"][qid]] == [h.docid for h in dense.hits(dense.search_arrays(text, K))]
 
 
+def test_the_default_fusion_is_the_recorded_choice_and_equals_fusing_by_hand(corpus):
+    """``DEFAULT_FUSION`` is what research/hybrid_defaults.py chose and recorded (its JSON's
+    ``chosen``), and the general hybrid at it, every setting left to its default but the dense
+    model, equals fusing the two runs by hand at that method, weight and depth."""
+    from pathlib import Path
+
+    from bm25aug.search.augmented import AugmentedSearcher
+    from bm25aug.search.dense import DenseSearcher
+    from bm25aug.search.hybrid import DEFAULT_FUSION, HybridSearcher
+
+    recorded = json.loads((Path(__file__).parents[1] / "docs" / "data" / "hybrid_defaults.json").read_text())
+    assert recorded["chosen"] == DEFAULT_FUSION.describe()
+    _, flat = corpus
+    hybrid = HybridSearcher.from_pretrained("general", flat, DENSE)
+    assert hybrid.fusion == DEFAULT_FUSION
+    sparse = AugmentedSearcher.from_pretrained("general", flat)
+    dense = DenseSearcher(sparse.bm25.index, DENSE)
+    depth = DEFAULT_FUSION.depth
+    for qid, text in QUERIES.items():
+        hand = by_hand(sparse.search(text, depth), dense.hits(dense.search_arrays(text, depth)), DEFAULT_FUSION.method,
+                       DEFAULT_FUSION.weight, depth, K)
+        assert [(h.docid, h.score) for h in hybrid.search(text, K)] == hand, qid
+
+
 def test_the_fusion_rules_by_their_formulas():
     from bm25aug.search.hybrid import Fusion, fuse
 

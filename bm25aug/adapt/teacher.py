@@ -2,8 +2,8 @@
 
 The teacher is a dense model (``bm25aug.dense``): ``ADAPT_TEACHER`` (all-MiniLM-L6-v2, the teacher
 of every run docs/adapt.md records) unless one is named (``make_teacher("dense:MODEL", index)`` or
-its ``model``, what ``load_dense_model`` takes: ``dense:bge-small-en-v1.5``, the dense peer's default
-since issue 58; measured with adapt on SciFact and NFCorpus it taught the BM25 weights no more than
+its ``model``, what ``load_dense_model`` takes: ``dense:bge-small-en-v1.5`` (fp32, the dense peer's
+default from issue 58 to 67); measured with adapt on SciFact and NFCorpus it taught the BM25 weights no more than
 MiniLM, both gates serving plain BM25: docs/adapt.md). Every document of the index is encoded
 once and cached as the peer caches it (keyed by the corpus and the model), after which a pair
 costs one dot product. That encoding is most of adapt's cost (docs/adapt.md). Rows are Lucene doc

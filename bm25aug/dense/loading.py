@@ -98,7 +98,7 @@ def load_folder(path: Path, kind: Kind | None = None, threads: int | None = None
     kind = kind or KINDS.get(recorded)
     if kind is None:
         raise UserError(f"{path} does not say which dense model it holds (no {RECORD}); fix: name its kind, as "
-                        f"{DEFAULT_DENSE_MODEL}={path} (kinds: {', '.join(KINDS)})")
+                        f"{BGE.name}={path} (kinds: {', '.join(KINDS)})")
     _check_pooling(path, kind)
     # Files are found by name, whatever they are (a FIFO in a file's place is refused when checked).
     onnx = next((p for p in (path / ONNX_FILE, path / "onnx" / ONNX_FILE) if os.path.lexists(p)), None)

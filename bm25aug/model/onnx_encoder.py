@@ -24,7 +24,9 @@ import warnings
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 
+from bm25aug.errors import UserError
 from bm25aug.io import CACHE_ROOT, atomic_dir, derived_ok, digest, lock_held, record_derived, source_key
 from bm25aug.model.encoder import QueryEncoder
 from bm25aug.model.augmenter import CONFIG_NAME, WEIGHTS_NAME, AugmenterConfig, QueryAugmenter
@@ -172,8 +174,11 @@ def onnx_path(checkpoint: Path, model: QueryAugmenter, source: str | None = None
     if derived_ok(own / ONNX_FILE, source):
         return own / ONNX_FILE
     if not derived_ok(cached / ONNX_FILE, source):
-        log.info("exporting %s to ONNX (int8) in %s", checkpoint, cached)
-        export_onnx(model, cached, source)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(cached.parent / f".{source}.lock")):  # two processes never export one source at once
+            if not derived_ok(cached / ONNX_FILE, source):
+                log.info("exporting %s to ONNX (int8) in %s", checkpoint, cached)
+                export_onnx(model, cached, source)
     usable = os.access(checkpoint, os.W_OK) and (not own.exists() or own.is_dir()) and not own.is_symlink() \
         and not lock_held(checkpoint.parent)
     if not usable:
@@ -190,8 +195,9 @@ def copy_export(cached: Path, own: Path, source: str) -> Path:
         with atomic_dir(own, (record, "source.json"), what="an ONNX export of bm25aug") as tmp:
             for name in (ONNX_FILE, record):
                 shutil.copyfile(cached / name, tmp / name)
-    except OSError as e:
-        log.warning("the export of %s could not be copied into %s (%s); it is read from %s", own.parent, own,
-                    e.strerror or type(e).__name__, cached)
+    except (OSError, UserError) as e:  # a full disk, or a folder there that bm25aug did not write
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).split("; fix:")[0]
+        log.warning("the export of %s could not be copied into %s (%s); it is read from %s", own.parent, own, why,
+                    cached)
         return cached / ONNX_FILE
     return own / ONNX_FILE if derived_ok(own / ONNX_FILE, source) else cached / ONNX_FILE

@@ -19,6 +19,7 @@ import argparse
 import fnmatch
 import io
 import json
+import logging
 import os
 import re
 import runpy
@@ -87,6 +88,8 @@ def _run_eval(command: str, argv: list[str]) -> None:
     """``python eval.py ARGV``: the script itself (``runpy``, as ``python`` runs it), in this process
     and in the repository root; its printed table is kept out of this run's output."""
     out, err, cwd, saved = io.StringIO(), io.StringIO(), os.getcwd(), sys.argv
+    root = logging.getLogger()
+    handlers, level, tail = root.handlers[:], root.level, None
     try:
         os.chdir(ROOT)
         sys.argv = ["eval.py", *argv]
@@ -95,11 +98,16 @@ def _run_eval(command: str, argv: list[str]) -> None:
         code = 0
     except SystemExit as e:  # eval.py ends with sys.exit(main(...))
         code = e.code if isinstance(e.code, int) else 1
+    except Exception as e:  # whatever escaped eval.py: this condition failed, the others still run
+        code, tail = 1, f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
     finally:
         os.chdir(cwd)
         sys.argv = saved
+        root.handlers[:], root.level = handlers, level  # a handler eval.py set on the captured stderr goes
+    if code == 130:  # interrupted (Ctrl-C): the whole run stops, as it would in a subprocess's parent
+        raise KeyboardInterrupt
     if code != 0:
-        tail = (err.getvalue().strip().splitlines() or ["(no output)"])[-1]
+        tail = tail or (err.getvalue().strip().splitlines() or ["(no output)"])[-1]
         raise UserError(f"`{command}` failed ({tail}); fix: run it by hand to see why")
 
 

@@ -13,16 +13,20 @@ def fusion_table(recorded: dict) -> str:
     """Per candidate fusion, each dev set's main metric for the two hybrids, and their means."""
     sets = recorded["sets"]
     metric = {name: "acc@5" if "acc@5" in r["dense"] else "ndcg@10" for name, r in sets.items()}
+    worst = recorded.get("worst_shortfall")  # below the better half, on the worst set (the choice's bar)
+    on = f" over {', '.join(recorded['chosen_on'])}" if "chosen_on" in recorded else ""
+    extra = f" worst set{on}, against the better half: bm25-flat / general hybrid |" if worst else ""
     lines = ["| fusion | " + " | ".join(f"{n} {r['split']} ({metric[n]}): bm25-flat / general hybrid"
-                                         for n, r in sets.items()) + " | mean: bm25-flat / general hybrid |",
-             "|---|" + "---|" * (len(sets) + 1)]
+                                         for n, r in sets.items()) + f" | mean{on}: bm25-flat / general hybrid |" + extra,
+             "|---|" + "---|" * (len(sets) + 1 + bool(worst))]
     for name, means in recorded["means"].items():
         cells = [" / ".join(f"{r[f'{side}-hybrid'][name][metric[n]]:.4f}" for side in SIDES) for n, r in sets.items()]
         mean = " / ".join(f"{means[side]:.4f}" for side in SIDES)
         mark = "**" if name == recorded["chosen"] else ""
-        lines.append(f"| {mark}{name}{mark} | " + " | ".join(cells) + f" | {mark}{mean}{mark} |")
+        tail = f" {' / '.join(f'{worst[name][side]:+.4f}' for side in SIDES)} |" if worst else ""
+        lines.append(f"| {mark}{name}{mark} | " + " | ".join(cells) + f" | {mark}{mean}{mark} |" + tail)
     alone = [" / ".join(f"{r[m][metric[n]]:.4f}" for m in ("bm25-flat", "general", "dense")) for n, r in sets.items()]
-    lines.append("| alone: bm25-flat / general / dense | " + " | ".join(alone) + " | |")
+    lines.append("| alone: bm25-flat / general / dense | " + " | ".join(alone) + " | |" + (" |" if worst else ""))
     notes = [f"{n} {r['split']}: {r['default_general_vs_bm25_hybrid']['mean_diff']:+.4f} "
              f"({r['default_general_vs_bm25_hybrid']['better']} queries better, "
              f"{r['default_general_vs_bm25_hybrid']['worse']} worse, paired t-test p = "
@@ -30,7 +34,14 @@ def fusion_table(recorded: dict) -> str:
              if "default_general_vs_bm25_hybrid" in r]
     paired = f" The general hybrid against the bm25-flat hybrid, query by query, at the default: {'; '.join(notes)}." \
         if notes else ""
-    return "\n".join(lines + ["", f"Chosen: **{recorded['chosen']}**, the best mean for the general hybrid.{paired} "
+    if worst:
+        bar = recorded["shortfall_bar"]
+        rule = (f"the best mean{on} for the general hybrid among the fusions never more than {bar:g} below the better "
+                f"of its halves on any of them" if recorded["chosen_within_bar"] else
+                f"no fusion was within {bar:g} of the better half on every set; the one whose worst set is least below")
+    else:
+        rule = "the best mean for the general hybrid"
+    return "\n".join(lines + ["", f"Chosen: **{recorded['chosen']}**, {rule}.{paired} "
                                    f"Recorded with `{recorded['command']}`."])
 
 
