@@ -103,14 +103,17 @@ def test_a_device_a_link_or_a_fifo_given_as_output_is_written_into_not_replaced(
     assert json.loads(got[0]) == {"a": 1} and fifo.is_fifo()
 
 
-def test_an_onnx_folder_of_the_users_files_is_not_replaced(offline_model, tmp_path):
+def test_an_onnx_folder_of_the_users_files_is_not_replaced(offline_model, tmp_path, caplog):
+    """A folder named onnx/ that bm25aug did not write is left as it is: the export is read from
+    the cache, and the warning names the folder."""
     from bm25aug.model.loading import load_encoder
 
     offline_model.save_pretrained(tmp_path / "ckpt")
     (tmp_path / "ckpt" / "onnx").mkdir()
     (tmp_path / "ckpt" / "onnx" / "notes.txt").write_text("mine")
-    with pytest.raises(UserError, match="is not an ONNX export of bm25aug"):
-        load_encoder(tmp_path / "ckpt")
+    assert load_encoder(tmp_path / "ckpt").encode("cats and lions")
+    assert "is not an ONNX export of bm25aug" in caplog.text and str(tmp_path / "ckpt" / "onnx") in caplog.text
+    assert [p.name for p in (tmp_path / "ckpt" / "onnx").iterdir()] == ["notes.txt"]
     assert (tmp_path / "ckpt" / "onnx" / "notes.txt").read_text() == "mine"
 
 
