@@ -43,7 +43,16 @@ from bm25aug.search.hybrid import Fusion, HybridSearcher, fuse
 SLICE = "dev slice"  # a set without a dev split: the slice of train its training held out
 DEV = (("scifact", "train"), ("nfcorpus", "dev"), ("squad", "train"), ("squadshifts-wiki", SLICE),
        ("squadshifts-reddit", SLICE), ("squadshifts-amazon", SLICE), ("medquad", "dev"))
-DEV_SIZE, SEED = 200, 13  # general-open's (bm25aug/recipes/general-open.yaml; TrainConfig's seed)
+def _held_out() -> tuple[int, int]:
+    """general-open's dev slice: its recipe's dev_size and seed (TrainConfig's, where it sets none)."""
+    from bm25aug import recipes
+    from bm25aug.train.arguments import TrainConfig
+
+    chosen = {**{"dev_size": TrainConfig.dev_size, "seed": TrainConfig.seed}, **recipes.settings("general-open")}
+    return int(chosen["dev_size"]), int(chosen["seed"])
+
+
+DEV_SIZE, SEED = _held_out()
 DEPTH = 1000
 SHORTFALL = 0.005  # how far below the better of its halves the default may be, on any set
 # The sets the default is chosen on: the corpora general-open never trains on (zero-shot for the

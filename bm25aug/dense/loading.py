@@ -31,12 +31,12 @@ def load_dense_model(spec: str | Path | DenseModel | None = None, threads: int |
         return spec
     text = str(spec)
     if text in SPLITS:  # the corpus by one pinned export, queries by another
-        queries, documents = (load_folder(model_folder(PINNED[n]), KINDS[PINNED[n].kind], threads) for n in SPLITS[text])
+        queries, documents = (_pinned(name, threads) for name in SPLITS[text])
         return SplitPrecision(text, queries, documents)
     if text in KINDS:
         return _by_kind(KINDS[text], threads)
     if text in PINNED:  # one export of a kind by its precision: bge-small-en-v1.5-int8
-        return load_folder(model_folder(PINNED[text]), KINDS[PINNED[text].kind], threads)
+        return _pinned(text, threads)
     if text in HUB_NAMES:
         return _from_hub(HUB_NAMES[text], threads)
     name, equals, rest = text.partition("=")
@@ -45,6 +45,11 @@ def load_dense_model(spec: str | Path | DenseModel | None = None, threads: int |
     if Path(text).is_dir():
         return load_folder(Path(text), None, threads)
     raise UserError(f"{text!r} is no dense model bm25aug knows, nor a folder; fix: pass one of {CHOICES}")
+
+
+def _pinned(name: str, threads: int | None) -> DenseModel:
+    """One pinned export by its name (``PINNED``), fetched once."""
+    return load_folder(model_folder(PINNED[name]), KINDS[PINNED[name].kind], threads)
 
 
 def _by_kind(kind: Kind, threads: int | None) -> DenseModel:

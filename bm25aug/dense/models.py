@@ -191,9 +191,8 @@ class _BertModel:
 class SplitPrecision:
     """One kind's two exports: the corpus encoded by ``documents`` (int8: half the one-off cost of
     encoding a corpus), queries by ``queries`` (fp32: on SciFact, int8's loss was in the query's
-    vector). Its
-    corpus cache and HNSW index are the document export's own (``corpus_encoder``), so they are
-    shared with that export used alone."""
+    vector). Its corpus cache and HNSW index are the document export's own (``corpus_encoder``), so
+    they are shared with that export used alone."""
 
     def __init__(self, name: str, queries: _BertModel, documents: _BertModel):
         if queries.kind != documents.kind:
