@@ -150,7 +150,11 @@ def main() -> None:
     p.add_argument("--sets", nargs="+", choices=[name for name, _ in DEV], default=[name for name, _ in DEV],
                    help="the dev sets to choose on (default: all of DEV)")
     p.add_argument("--rechoose", action="store_true", help="apply the rule again to the recorded --json-out")
+    p.add_argument("--merge", action="store_true", help="add --sets to the recorded --json-out's (replacing "
+                                                          "those named), then choose on the whole")
     args = p.parse_args()
+    if args.rechoose and args.merge:
+        sys.exit("--rechoose searches nothing, so there is nothing to --merge; fix: pass one of the two")
     if args.rechoose:
         import json
 
@@ -164,8 +168,16 @@ def main() -> None:
 
     results = {name: one_set(name, split, args.threads) for name, split in DEV if name in args.sets}
     results = {name: {**r, "dense_model": DEFAULT_DENSE_MODEL} for name, r in results.items()}
-    chosen = choose(results)
     command = " ".join(["python research/hybrid_defaults.py", *sys.argv[1:]])
+    if args.merge:
+        import json
+
+        if not Path(args.json_out).is_file():
+            sys.exit(f"--merge adds to a recorded run, and {args.json_out} is not there; fix: run without --merge first")
+        recorded = json.loads(Path(args.json_out).read_text())
+        results = {**{n: r for n, r in recorded["sets"].items() if n not in results}, **results}
+        command = f"{recorded['command']}; {command}"
+    chosen = choose(results)
     write_json(Path(args.json_out), {"command": command, "sets": results, **chosen})
     print(f"chosen: {chosen['chosen']} (mean {chosen['means'][chosen['chosen']]})")
 

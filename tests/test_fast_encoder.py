@@ -123,6 +123,53 @@ def test_another_checkpoint_of_the_same_weights_is_not_exported_again(offline_mo
     assert (second / ONNX_DIR / "model.int8.onnx").read_bytes() == cached.read_bytes()
 
 
+def test_the_export_cache_keeps_the_most_recently_used_and_nothing_else_is_removed(tmp_path, monkeypatch):
+    """The cache is bounded: after each new export, only the ``CACHE_ENTRIES`` most recently used
+    exports stay (a use refreshes one), and a folder there that is not an export is left alone."""
+    import os
+
+    import bm25aug.model.onnx_encoder as onnx_encoder
+    from bm25aug.io import record_derived
+
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(onnx_encoder, "CACHE_DIR", cache)
+    monkeypatch.setattr(onnx_encoder, "CACHE_ENTRIES", 3)
+    exported = []
+
+    def fake_export(model, folder, source):  # the bookkeeping under test, not ONNX's conversion
+        folder.mkdir(parents=True)
+        (folder / "model.int8.onnx").write_bytes(source.encode())
+        record_derived(folder / "model.int8.onnx", source)
+        exported.append(source)
+        return folder / "model.int8.onnx"
+
+    monkeypatch.setattr(onnx_encoder, "export_onnx", fake_export)
+    foreign = cache / "users-notes"
+    foreign.mkdir(parents=True)
+    (foreign / "keep.txt").write_text("mine")
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    clock, real_utime = iter(range(1_000_000, 2_000_000, 10)), os.utime
+
+    def utime(path, *args, **kwargs):  # "now" on a clock that always moves on (mtimes can tie)
+        return real_utime(path, *args, **kwargs) if args or kwargs else real_utime(path, ((t := next(clock)), t))
+
+    monkeypatch.setattr(os, "utime", utime)
+    for source in ("s1", "s2", "s3"):
+        onnx_encoder.onnx_path(checkpoint, None, source)
+    onnx_encoder.onnx_path(checkpoint, None, "s1")  # s1 used again: now the newest
+    assert exported == ["s1", "s2", "s3"]  # the last call copied from the cache
+    onnx_encoder.onnx_path(checkpoint, None, "s4")
+    assert sorted(p.name for p in cache.iterdir() if not p.name.startswith(".")) == ["s1", "s3", "s4", "users-notes"]
+    assert (foreign / "keep.txt").read_text() == "mine"
+    from filelock import FileLock
+
+    with FileLock(str(cache / ".s3.lock")):  # s3, the least recently used, is being read by another process
+        onnx_encoder.onnx_path(checkpoint, None, "s5")
+    assert sorted(p.name for p in cache.iterdir() if not p.name.startswith(".")) == ["s1", "s3", "s4", "s5",
+                                                                                   "users-notes"]  # s3 stays
+
+
 def test_every_runtime_encodes(checkpoint):
     """torch-int8 (dynamically quantized Linear layers) encodes as the others do."""
     for runtime in ("torch-fp32", "torch-int8", "onnx-int8"):

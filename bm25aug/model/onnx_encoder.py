@@ -17,6 +17,7 @@ the server load encoders only through ``bm25aug.model.loading.load_encoder``, so
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -43,6 +44,9 @@ RECIPE = ("outputs w and a on live entries; eager attention, onnxruntime bert fu
 # ``research/profile_encoder.py`` lists the operators).
 UNFUSED = ["SkipLayerNormFusion"]
 CACHE_DIR = CACHE_ROOT / "onnx"
+# Exports the cache keeps (about 23 MB each for MiniLM): past this, the least recently used are
+# removed after each new export. Every checkpoint that could copy one holds its own copy.
+CACHE_ENTRIES = 16
 
 
 def export_source(checkpoint: Path) -> str:
@@ -173,17 +177,61 @@ def onnx_path(checkpoint: Path, model: QueryAugmenter, source: str | None = None
     own, cached = checkpoint / ONNX_DIR, CACHE_DIR / source  # a file or a link at own is not ours to replace
     if derived_ok(own / ONNX_FILE, source):
         return own / ONNX_FILE
-    if not derived_ok(cached / ONNX_FILE, source):
+    with _source_lock(cached):  # one export of a source at a time; an eviction skips a source in use
+        if not derived_ok(cached / ONNX_FILE, source):
+            log.info("exporting %s to ONNX (int8) in %s", checkpoint, cached)
+            export_onnx(model, cached, source)
+            evict_exports(cached.parent, CACHE_ENTRIES, keep=source)
+        with contextlib.suppress(PermissionError):  # a cache this user may read but not write
+            os.utime(cached)  # used now: the eviction's order (the newest, so the last it would remove)
+        usable = os.access(checkpoint, os.W_OK) and (not own.exists() or own.is_dir()) and not own.is_symlink() \
+            and not lock_held(checkpoint.parent)
+        if not usable:
+            return cached / ONNX_FILE
+        return copy_export(cached, own, source)
+
+
+@contextlib.contextmanager
+def _source_lock(cached: Path):
+    """The cache's lock of one source, held while it is exported, touched or copied. A cache this
+    user can read but not write takes none (nothing here can export into it or evict from it)."""
+    lock = FileLock(str(cached.parent / f".{cached.name}.lock"))
+    try:
         cached.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(cached.parent / f".{source}.lock")):  # two processes never export one source at once
-            if not derived_ok(cached / ONNX_FILE, source):
-                log.info("exporting %s to ONNX (int8) in %s", checkpoint, cached)
-                export_onnx(model, cached, source)
-    usable = os.access(checkpoint, os.W_OK) and (not own.exists() or own.is_dir()) and not own.is_symlink() \
-        and not lock_held(checkpoint.parent)
-    if not usable:
-        return cached / ONNX_FILE
-    return copy_export(cached, own, source)
+        lock.acquire()
+    except PermissionError:
+        lock = None
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def evict_exports(root: Path, entries: int, keep: str) -> list[str]:
+    """Remove all but the ``entries`` most recently used exports under ``root`` (never ``keep``),
+    each under its own lock, taken without waiting (one being exported, touched or copied now stays). Only a
+    folder holding an export's record is removed: nothing else there is bm25aug's. Returns the
+    sources removed."""
+    folders = []
+    for f in root.iterdir():  # atomic_dir's hidden temporary folders (".NAME.tmp...") are another's, in flight
+        try:
+            if not f.name.startswith(".") and f.name != keep and f.is_dir() and not f.is_symlink() \
+                    and (f / f"{ONNX_FILE}.source.json").is_file():
+                folders.append((f.stat().st_mtime, f))
+        except OSError:  # removed meanwhile by another process's eviction
+            continue
+    folders.sort(key=lambda mf: mf[0], reverse=True)
+    removed = []
+    for _, folder in folders[max(entries - 1, 0):]:
+        # Lock files stay (0 bytes each): a waiter holds the same file, and a new one would be a second lock.
+        try:
+            with FileLock(str(root / f".{folder.name}.lock"), timeout=0):
+                shutil.rmtree(folder, ignore_errors=True)
+        except TimeoutError:  # filelock's Timeout: in use now, so not the least recently used
+            continue
+        removed.append(folder.name)
+    return removed
 
 
 def copy_export(cached: Path, own: Path, source: str) -> Path:
