@@ -107,17 +107,21 @@ def test_a_students_build_distills_its_teacher_and_its_card_says_so():
     from pathlib import Path
 
     spec = {"recipe": "general-open", "run": "runs/x", "teacher": "general", "layers": 2, "hidden": 128,
-            "epochs": 10, "pseudo_queries": 8000, "seed": 13}
+            "epochs": 10, "pseudo_queries": 8000, "aug_weight": 1.0, "seed": 13}
     command = package_build.training_command(spec, Path("runs/x"))
     assert command[1:3] == ["-m", "bm25aug.train.distill"]
     flags = dict(zip(command[3::2], command[4::2]))
     assert flags == {"--teacher": "general", "--recipe": "general-open", "--layers": "2", "--hidden": "128",
-                     "--epochs": "10", "--pseudo-queries": "8000", "--seed": "13", "--output-dir": "runs/x"}
+                     "--epochs": "10", "--pseudo-queries": "8000", "--aug-weight": "1.0", "--seed": "13",
+                     "--output-dir": "runs/x"}
     assert command[-1] == "--resume"
     record = {"name": "small", "recipe": "general-open", "training_sets": {"medquad": "CC BY 4.0"}, "run": "runs/x",
               "dev": {}, "bytes": 7_000_000, "command": "python -m bm25aug.model.packaged small",
               **package_build._student_record(spec)}
     card = package_build._card(record)
     assert "A student of the packaged model `general`: 2 encoder layers 128 wide" in card
+    assert "(w and a(q))" in card
+    w_only = package_build._card({**record, **package_build._student_record({**spec, "aug_weight": 0.0})})
+    assert "(w alone: no a(q) head)" in w_only
     assert package_build.training_command(packaged.BUILDS["general"], Path("runs/y"))[1].endswith("train.py")
     assert package_build._student_record(packaged.BUILDS["general"]) == {}

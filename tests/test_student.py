@@ -148,3 +148,35 @@ def test_a_run_folder_is_continued_only_with_its_own_settings(tmp_path):
     (tmp_path / "distill.json").write_text("{")
     with pytest.raises(UserError, match="unreadable"):
         distill._refuse_other_run(tmp_path, distill.DistillConfig(), resume=True)
+
+
+def test_a_w_only_student_has_no_augmentation_head_in_its_graph(teacher, tiny_wp, tmp_path):
+    """``--aug-weight 0``: the student's a ≡ 0, its a(q) part of the loss is zero, and its served
+    ONNX graph holds no head (no weight as wide as the target's live entries); it searches alike
+    alone and in batch, and proposes no added term."""
+    import onnx
+
+    from bm25aug.lucene.analysis import analyze
+    from bm25aug.model.loading import load_encoder
+    from bm25aug.search.augmented import AugmentedSearcher
+    from bm25aug.train import distill
+
+    queries = [f"{a} {b} disease" for a in ("lung", "skin", "bone", "blood") for b in ("early", "late", "rare")]
+    config = distill.DistillConfig(layers=1, hidden=64, epochs=2, batch_size=4, lr=3e-3, threads=1, aug_weight=0.0)
+    distill.fit(teacher, queries, config, tmp_path, resume=True)
+    rows = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [r["held_out_a"] for r in rows] == [0.0, 0.0]
+    assert [r["held_out_total"] for r in rows] == [r["held_out_w"] for r in rows]
+    student = load_encoder(tmp_path / "best", "onnx-int8")
+    assert student.config.use_augmentation is False
+    live = len(student.target.live)
+    graph = onnx.load(str(student.onnx_path))
+    assert not [t.name for t in graph.graph.initializer if live in t.dims]
+    full = load_encoder(teacher.path, "onnx-int8")  # the teacher's graph has one: the check can fail
+    assert [t.name for t in onnx.load(str(full.onnx_path)).graph.initializer if live in t.dims]
+    _, _, flat = tiny_wp
+    searcher = AugmentedSearcher.from_pretrained(tmp_path / "best", flat)
+    probe = queries[:3] + ["rabbits", "lions roar"]
+    alone = [searcher.search(q, 5) for q in probe]
+    assert [searcher.hits(t) for t in searcher.batch_search_arrays(probe, 5, threads=2)] == alone
+    assert all(set(terms) <= set(analyze(q)) for q, terms in zip(probe, student.encode_batch(probe)))

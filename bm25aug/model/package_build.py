@@ -14,7 +14,7 @@ from bm25aug.model.packaged import BUILDS, ONNX_FILE, PACKAGE_FILE, PACKAGED_ROO
 # What is copied from best/ beside the ONNX file: the model's settings and the tokenizer's files.
 TOKENIZER_PREFIXES = ("tokenizer", "special_tokens", "vocab")
 # What a student's build names of its distillation (bm25aug.train.distill's flags).
-STUDENT_SETTINGS = ("layers", "hidden", "epochs", "pseudo_queries", "seed")
+STUDENT_SETTINGS = ("layers", "hidden", "epochs", "pseudo_queries", "aug_weight", "seed")
 
 
 def build(name: str) -> Path:
@@ -108,7 +108,8 @@ def _card(record: dict) -> str:
     if "teacher" in record:
         shape = record["student"]
         what = (f"A student of the packaged model `{record['teacher']}`: {shape['layers']} encoder layers "
-                f"{shape['hidden']} wide, fitted to `{record['teacher']}`'s outputs (w and a(q)) on the training "
+                f"{shape['hidden']} wide, fitted to `{record['teacher']}`'s outputs "
+                f"({'w and a(q)' if shape['aug_weight'] else 'w alone: no a(q) head'}) on the training "
                 f"queries of its `{record['recipe']}` recipe (`bm25aug.train.distill`, seed {shape['seed']}, "
                 f"{shape['epochs']} epochs; no labels, no documents), as its")
     else:

@@ -146,7 +146,10 @@ class Target:
         """Per query, whether a(q) (B x live entries) is used: the query has a known token, and
         a(q) has at most ``aug_gate`` non-zero entries (0: no gate). A query for which the model proposes far
         more terms than for any training query is one it does not know; it keeps its
-        reweighting and gets no added terms."""
+        reweighting and gets no added terms. A model without a(q) (``use_augmentation`` off, a ≡ 0)
+        uses it for none, with no pass over its zeros."""
+        if not self.config.use_augmentation:
+            return np.zeros(len(batch.terms), bool)
         keep = batch.has_tokens.copy()
         if self.config.aug_gate:
             keep &= self.gate_counts(a) <= self.config.aug_gate

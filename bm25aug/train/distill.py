@@ -49,7 +49,7 @@ class DistillConfig:
     batch_size: int = 64
     lr: float = 1e-3
     margin: float = 0.1
-    aug_weight: float = 1.0
+    aug_weight: float = 1.0  # 0: a w-only student (no a(q) head: bm25aug.train.student)
     seed: int = 13
     threads: int = 2
 
@@ -57,7 +57,8 @@ class DistillConfig:
 FLAG_HELP = {"teacher": "the model fitted to: a packaged model's name or a checkpoint folder",
              "recipe": "whose datasets' train queries the teacher reads", "layers": "the student's encoder layers",
              "hidden": "the student's width (a multiple of 64)", "margin": "how far below zero a(q)'s entries that "
-             "the teacher leaves out are pushed", "aug_weight": "a(q)'s share of the loss beside w's",
+             "the teacher leaves out are pushed", "aug_weight": "a(q)'s share of the loss beside w's; 0 makes a w-only "
+             "student, whose graph has no a(q) head",
              "pseudo_queries": "pseudo-queries from each training corpus, beside its queries",
              "threads": "torch threads (1 beside other work on two cores)"}
 
@@ -180,6 +181,8 @@ def distill(config: DistillConfig, out: Path, data_dir: str | None = None, resum
     from bm25aug.train.student import student_shape
 
     student_shape(config.layers, config.hidden)
+    if config.aug_weight < 0:
+        raise UserError(f"--aug-weight {config.aug_weight}; fix: pass 0 (a w-only student) or more")
     lock = claim_folder(out, RUN_MARKER, "a distillation run", "--output-dir")
     try:
         _refuse_other_run(out, config, resume)
@@ -199,7 +202,7 @@ def fit(teacher, queries: list[str], config: DistillConfig, out: Path, resume: b
 
     data = teacher_outputs(teacher, queries, out)
     torch.manual_seed(config.seed)  # the teacher's pass draws nothing from torch: the student's start is the seed's
-    model = make_student(teacher.config, config.layers, config.hidden)
+    model = make_student(teacher.config, config.layers, config.hidden, augmentation=config.aug_weight > 0)
     loss_fn = OutputMatchLoss(float(model.config.weight_floor), config.margin, config.aug_weight)
     _train(model, loss_fn, data, torch.from_numpy(model.target.live), config, out, resume)
 

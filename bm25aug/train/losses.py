@@ -105,7 +105,8 @@ class OutputMatchLoss(nn.Module):
       difference where the teacher's entry is positive, else the logit's excess over ``-margin``.
       The margin keeps what the teacher leaves out below zero by a clear step, so that int8
       rounding at search time proposes no term the teacher does not, and the augmentation gate
-      (which counts positive entries) opens where the teacher's does."""
+      (which counts positive entries) opens where the teacher's does. ``logits`` None (a w-only
+      student, whose a ≡ 0): the a(q) part is zero."""
 
     def __init__(self, floor: float, margin: float = 0.1, aug_weight: float = 1.0):
         super().__init__()
@@ -115,7 +116,11 @@ class OutputMatchLoss(nn.Module):
                 real: torch.Tensor) -> dict[str, torch.Tensor]:
         n = w.shape[0]
         w_error = torch.where(teacher_w > self.floor, w - teacher_w, torch.relu(w - self.floor)) * real
-        a_error = torch.where(teacher_a > 0, logits - teacher_a, torch.relu(logits + self.margin))
-        parts = {"w": w_error.pow(2).sum() / n, "a": a_error.pow(2).sum() / n}
+        parts = {"w": w_error.pow(2).sum() / n}
+        if logits is None:  # a w-only student: no a(q) to fit
+            parts["a"] = torch.zeros((), dtype=w.dtype)
+        else:
+            a_error = torch.where(teacher_a > 0, logits - teacher_a, torch.relu(logits + self.margin))
+            parts["a"] = a_error.pow(2).sum() / n
         total = parts["w"] + self.aug_weight * parts["a"]
         return {"total": total, **{k: v.detach() for k, v in parts.items()}}

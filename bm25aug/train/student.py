@@ -36,10 +36,12 @@ def student_shape(layers: int, hidden: int) -> None:
                         f"that is a multiple of {HEAD_WIDTH}")
 
 
-def make_student(teacher: AugmenterConfig, layers: int, hidden: int, base: str | None = None) -> QueryAugmenter:
+def make_student(teacher: AugmenterConfig, layers: int, hidden: int, base: str | None = None,
+                 augmentation: bool = True) -> QueryAugmenter:
     """A new student with ``teacher``'s settings on an encoder of ``layers`` x ``hidden`` (see
     the module's text). ``base``: the encoder whose embeddings it starts from (default: the
-    packaged all-MiniLM-L6-v2, the teacher's own)."""
+    packaged all-MiniLM-L6-v2, the teacher's own). ``augmentation=False``: a w-only student
+    (``use_augmentation`` off: a ≡ 0, and its served graph has no a(q) head)."""
     student_shape(layers, hidden)
     name, encoder, tokenizer = resolve_encoder(base)
     if len(tokenizer) != teacher.vocab_size:
@@ -59,7 +61,8 @@ def make_student(teacher: AugmenterConfig, layers: int, hidden: int, base: str |
     if not -1 <= teacher.aug_layer <= layers:
         raise UserError(f"the teacher pools a(q) from layer {teacher.aug_layer}, and a student of {layers} layers has "
                         f"none; fix: pass --layers {teacher.aug_layer} or more")
-    config = AugmenterConfig(**{**asdict(teacher), "encoder": teacher.encoder})
+    config = AugmenterConfig(**{**asdict(teacher), "encoder": teacher.encoder,
+                                "use_augmentation": teacher.use_augmentation and augmentation})
     return QueryAugmenter(config, encoder, tokenizer)
 
 
