@@ -6,9 +6,9 @@ tokens (``--query-caps``) would cost in nDCG@10, per dataset.
 
     python benchmarks/bench_dense_precision.py [--datasets scifact nfcorpus] [--query-caps 32 512] [--json-out docs/data/dense_precision.json]
 
-nDCG@10 is the product's: a query cut at ``QUERY_TOKENS`` (64) tokens, its instruction included.
-Each other cap is measured here only (the query side's tokenizer truncated at it, the corpus's
-vectors as cached); 512 is the model's own limit, so it is the query uncut.
+nDCG@10 is the product's: a query read whole, to the model's own limit (512 tokens, its
+instruction included). Each cap is measured here only (the query side's tokenizer truncated at it,
+the corpus's vectors as cached); a cap of 512 is the query uncut.
 
 Each corpus is encoded through the embeddings cache (``bm25aug.dense.embeddings``), so a corpus
 encoded before is not encoded again: its documents per second are then the ones its cache
@@ -30,7 +30,7 @@ from bm25aug.data.registry import load_dataset
 from bm25aug.eval.metrics import evaluate_split
 from bm25aug.io import write_json
 from bm25aug.lucene.index import ensure_index
-from bm25aug.dense.models import QUERY_TOKENS, SplitPrecision
+from bm25aug.dense.models import SplitPrecision
 from bm25aug.search.dense import DenseSearcher
 
 MODELS = ("bge-small-en-v1.5-fp32", "bge-small-en-v1.5-int8", "bge-small-en-v1.5-int8-corpus")
@@ -57,7 +57,7 @@ def one_dataset(name: str, models: tuple[str, ...], caps: tuple[int, ...] = ()) 
             side.query_tokenizer.enable_truncation(cap)
             capped[str(cap)] = evaluate_split(searcher.batch_search(queries, qids, k=1000), split,
                                               dataset.corpus)["ndcg@10"]
-        side.query_tokenizer.enable_truncation(QUERY_TOKENS)
+        side.query_tokenizer.enable_truncation(side.query_tokens)
         times = []
         for query in queries[:LATENCY_QUERIES]:
             start = time.perf_counter()

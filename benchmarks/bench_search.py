@@ -154,7 +154,7 @@ def run(dataset_name: str, checkpoint: Path, split: str | None, k: int, compare:
         **{f"qps_{name.replace('-', '_')}_{t}t": rate for (name, t), rate in rates.items() if "(" not in name},
         **{f"{name.replace('-', '_')}_over_flat_{t}t": r for (name, t), r in over_flat.items() if "(" not in name},
         **({f"bm25s_{key}": peer[key] for key in ("qps_1t", "qps_2t", "build_s", "peak_rss_mb", "p50_ms")} if peer else {}),
-        "compare": [{"checkpoint": str(c), "augmented_p50_ms": p50[f"augmented ({label})"],
+        "compare": [{"checkpoint": c.name if is_packaged(c) else str(c), "augmented_p50_ms": p50[f"augmented ({label})"],
                      "encode_p50_ms": p50[f"encode ({kinds[c]}, {label})"], "encoder": kinds[c],
                      **{f"qps_augmented_{t}t": rates[(f"augmented ({label})", t)] for t in (1, 2)},
                      **{f"over_flat_{t}t": over_flat[(f"augmented ({label})", t)] for t in (1, 2)}}

@@ -295,22 +295,42 @@ def test_the_searchers_default_to_bge_and_adapt_names_it_as_teacher(bge, tiny_wp
     assert scores[0][0] > scores[0][1]
 
 
-def test_a_query_is_cut_at_query_tokens_and_a_document_is_not(bge):
-    """A query's tokens, instruction included, stop at ``QUERY_TOKENS``: a query longer than that
-    has the vector of its cut; a document of the same text is read to the kind's 512 tokens."""
-    from bm25aug.dense.models import QUERY_TOKENS
+def test_a_long_query_is_read_whole_and_its_tail_finds_its_document(bge, tiny_wp, cache, caplog):
+    """A query is read to the model's own 512 tokens, instruction included: a query whose only
+    words about a document sit past token 64 finds that document, on the default split model as on
+    bge alone. A shorter cap is a choice made by name (``query_tokens``) and says when it cuts."""
+    from bm25aug.dense import load_dense_model
+    from bm25aug.search.dense import DenseSearcher
 
-    words = [f"word{i}" for i in range(120)]
-    long = " ".join(words)
-    ids = bge.query_tokenizer.encode(BGE.query_prefix + long).ids
-    assert len(ids) == QUERY_TOKENS == 64 and len(bge.tokenizer.encode(BGE.query_prefix + long).ids) > QUERY_TOKENS
-    cut = np.array([ids], np.int64)
-    assert np.allclose(bge.encode_queries([long])[0], bge.embed_ids(cut, np.ones_like(cut))[0], atol=1e-6)
-    assert np.allclose(bge.encode_queries([long]), bge.encode_queries([long + " more words after the cut"]), atol=1e-6)
-    assert not np.allclose(bge.encode_documents([long]), bge.encode_documents([long + " more words after the cut"]),
-                           atol=1e-4)
-    short = "vitamin b12 deficiency"  # under the cap: as the whole text with its instruction
-    assert np.allclose(bge.encode_queries([short]), bge.encode_documents([BGE.query_prefix + short]), atol=1e-6)
+    filler = " ".join(["well"] * 80)  # 80 tokens that say nothing about any document
+    query = f"{filler} the telescope revealed distant galaxies and nebulae"
+    assert len(bge.tokenizer.encode(BGE.query_prefix + filler).ids) > 64 and bge.query_tokens == BGE.max_tokens
+    ids = np.array([bge.tokenizer.encode(BGE.query_prefix + query).ids], np.int64)
+    assert np.allclose(bge.encode_queries([query])[0], bge.embed_ids(ids, np.ones_like(ids))[0], atol=1e-6)
+    dense = DenseSearcher(tiny_wp[2])  # the default: queries by fp32, read whole
+    assert dense.hits(dense.search_arrays(query, 1))[0].docid == "d6"
+    assert dense.batch_search([query], ["q"], k=1)["q"][0].docid == "d6"
+    words = [f"word{i}" for i in range(600)]  # past 512 tokens: cut at the model's limit, as a document is
+    assert np.allclose(bge.encode_queries([" ".join(words)]), bge.encode_queries([" ".join(words + ["more"])]),
+                       atol=1e-6)
+
+    capped = load_dense_model("bge-small-en-v1.5", query_tokens=64)
+    with caplog.at_level("DEBUG", logger="bm25aug.dense.models"):
+        capped.encode_queries([query, "short query"])
+        capped.encode_queries([query])
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "1 query cut at query_tokens=64" in warnings[0].getMessage()
+    assert capped.cut_queries == 2
+    cut = np.array([[*ids[0, :63], ids[0, -1]]], np.int64)  # the first 63 tokens and [SEP]
+    assert np.allclose(capped.encode_queries([query])[0], capped.embed_ids(cut, np.ones_like(cut))[0], atol=1e-6)
+    short = "vitamin b12 deficiency"  # under any cap: as the whole text with its instruction
+    assert np.allclose(capped.encode_queries([short]), bge.encode_documents([BGE.query_prefix + short]), atol=1e-6)
+    for bad in (0, 513, 1.5, True):
+        with pytest.raises(UserError) as error:
+            load_dense_model("bge-small-en-v1.5", query_tokens=bad)
+        assert "query_tokens=" in one_line(error) and "from 1 to 512" in str(error.value)
+    with pytest.raises(UserError):
+        load_dense_model(bge, query_tokens=64)
 
 
 # ------------------------------------------------------------------------------------------ int8

@@ -1,6 +1,7 @@
 """The general model shipped inside the package (issue 51): by name, offline, with no training, on
 any flat index, Pyserini's stock ones included; every path ranks alike with it; its files are
-checked when it loads; it holds only data whose license lets it ship."""
+checked when it loads; it holds only data whose license lets it ship. `general` is the first
+release, `general-1`, cut to its w output (issue 75)."""
 
 from __future__ import annotations
 
@@ -123,5 +124,57 @@ def test_a_students_build_distills_its_teacher_and_its_card_says_so():
     assert "(w and a(q))" in card
     w_only = package_build._card({**record, **package_build._student_record({**spec, "aug_weight": 0.0})})
     assert "(w alone: no a(q) head)" in w_only
-    assert package_build.training_command(packaged.BUILDS["general"], Path("runs/y"))[1].endswith("train.py")
-    assert package_build._student_record(packaged.BUILDS["general"]) == {}
+    assert package_build.training_command(packaged.BUILDS["general-1"], Path("runs/y"))[1].endswith("train.py")
+    assert package_build._student_record(packaged.BUILDS["general-1"]) == {}
+
+
+def test_general_is_general_1_without_its_a_head(tmp_path, monkeypatch):
+    """``general``'s graph is ``general-1``'s cut to w: the same w bit for bit, no a(q) output and
+    none of its head's weights; its term lists are general-1's with a(q) off (a(q) on changes
+    them, so the check can fail); the recorded command makes the shipped files again; a cut graph under
+    settings that use a(q) is refused in one line."""
+    import numpy as np
+    import onnx
+
+    from bm25aug.model.loading import load_encoder
+    from bm25aug.model.onnx_encoder import OnnxQueryEncoder, onnx_session
+
+    general, first = (packaged.PACKAGED_ROOT / name for name in ("general", "general-1"))
+    cut, full = OnnxQueryEncoder.packaged(general, "onnx-int8"), OnnxQueryEncoder.packaged(first, "onnx-int8")
+    batch = cut.target.batch(QUERIES + ["a long query " * 40])
+    w, a = cut.outputs(batch)
+    full_w, full_a = full.outputs(batch)
+    assert a is None and np.array_equal(w, full_w) and full_a.shape[1] == len(full.target.live)
+    assert [o.name for o in onnx_session(general / packaged.ONNX_FILE).get_outputs()] == ["token_weights"]
+    graph = onnx.load(str(general / packaged.ONNX_FILE))
+    assert not any(len(full_a[0]) in i.dims for i in graph.graph.initializer)  # no row of the a(q) head
+    assert any(len(full_a[0]) in i.dims for i in onnx.load(str(first / packaged.ONNX_FILE)).graph.initializer)
+
+    off = tmp_path / "general-1-no-a"
+    shutil.copytree(first, off)
+    config = json.loads((off / "bm25aug_config.json").read_text())
+    (off / "bm25aug_config.json").write_text(json.dumps({**config, "use_augmentation": False}))
+    record = json.loads((off / packaged.PACKAGE_FILE).read_text())
+    record["files"]["bm25aug_config.json"] = packaged.file_record(off / "bm25aug_config.json")
+    (off / packaged.PACKAGE_FILE).write_text(json.dumps(record))
+    texts = QUERIES + ["A deficiency of vitamin B12 decreases blood levels of homocysteine.",
+                       "5'-nucleotidase metabolizes 6MP."]
+    lists = load_encoder("general", "onnx-int8").encode_batch(texts)
+    assert lists == OnnxQueryEncoder.packaged(off, "onnx-int8").encode_batch(texts)
+    assert full.encode_batch(texts) != lists  # general-1's a(q) changes these queries' term lists
+
+    root = tmp_path / "models"
+    shutil.copytree(first, root / "general-1")
+    monkeypatch.setattr(package_build, "PACKAGED_ROOT", root)
+    package_build.build("general")
+    shipped = json.loads((general / packaged.PACKAGE_FILE).read_text())
+    assert json.loads((root / "general" / packaged.PACKAGE_FILE).read_text())["files"] == shipped["files"]
+
+    wrong = tmp_path / "cut-with-a"
+    shutil.copytree(general, wrong)
+    (wrong / "bm25aug_config.json").write_text(json.dumps(config))
+    record = json.loads((wrong / packaged.PACKAGE_FILE).read_text())
+    record["files"]["bm25aug_config.json"] = packaged.file_record(wrong / "bm25aug_config.json")
+    (wrong / packaged.PACKAGE_FILE).write_text(json.dumps(record))
+    with pytest.raises(UserError, match="outputs only token_weights, and its model's settings use a"):
+        OnnxQueryEncoder.packaged(wrong, "onnx-int8")

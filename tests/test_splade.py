@@ -129,12 +129,7 @@ def test_a_changed_file_or_a_dense_folder_is_refused_in_one_line(model, tmp_path
 def reference(model, text: str) -> np.ndarray:
     """SPLADE's vector of one text, alone (no padding, no batch): transformers' tokenizer and
     model, then max over tokens of log(1 + relu(logits)) in numpy."""
-    import torch
-
-    batch = model.tokenizer(text, truncation=True, max_length=256, return_tensors="pt")
-    with torch.no_grad():
-        logits = model.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[0].numpy()
-    return np.log1p(np.maximum(logits, 0)).max(axis=0)
+    return np.log1p(np.maximum(_logits(model, text, 256), 0)).max(axis=0)
 
 
 def test_splade_vectors_are_max_pooled_log_relu_logits_whatever_the_batch(model):
@@ -145,6 +140,28 @@ def test_splade_vectors_are_max_pooled_log_relu_logits_whatever_the_batch(model)
         assert np.allclose(vectors[row].toarray()[0], reference(model, text), atol=1e-5)
     assert 0 < vectors[0].nnz < 1000 and vectors.data.min() > 0  # sparse: only the weights above 0 are kept
     assert np.allclose(model.encode_queries(texts[:1]).toarray(), vectors[0].toarray(), atol=1e-5)
+
+
+def test_a_long_query_is_read_to_the_models_limit_and_a_document_to_256_tokens(model, searcher):
+    """A document is encoded on 256 tokens (SPLADE's passages); a query whole, to bert-tiny's 512
+    position embeddings: words past token 256 of a query still weigh, and find their document."""
+    filler = " ".join(["well"] * 300)
+    query = f"{filler} telescope galaxies nebulae"
+    tail = model.encode_queries([query]).toarray()[0]
+    head = model.encode_documents([query]).toarray()[0]
+    telescope = model.tokenizer.convert_tokens_to_ids("telescope")
+    assert tail[telescope] > 0 and head[telescope] == 0
+    assert np.allclose(head, reference(model, query), atol=1e-5)
+    assert np.allclose(tail, np.log1p(np.maximum(_logits(model, query, 512), 0)).max(axis=0), atol=1e-5)
+    assert searcher.hits(searcher.search_arrays(query, 1))[0].docid == "d6"
+
+
+def _logits(model, text: str, max_length: int) -> np.ndarray:
+    import torch
+
+    batch = model.tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt")
+    with torch.no_grad():
+        return model.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[0].numpy()
 
 
 # --------------------------------------------------------------------------------------- searcher

@@ -180,3 +180,55 @@ def test_a_w_only_student_has_no_augmentation_head_in_its_graph(teacher, tiny_wp
     alone = [searcher.search(q, 5) for q in probe]
     assert [searcher.hits(t) for t in searcher.batch_search_arrays(probe, 5, threads=2)] == alone
     assert all(set(terms) <= set(analyze(q)) for q, terms in zip(probe, student.encode_batch(probe)))
+
+
+def test_a_student_starts_from_its_teachers_own_weights_read_back_from_its_export(tmp_path, capsys):
+    """``--start teacher`` (issue 75, item 2): the packaged ``general``'s weights read back from its
+    int8 export are its own (all six layers rebuilt in torch give the served graph's w, within
+    int8's rounding of activations, which a base-started model is far from); a student takes the
+    teacher's embeddings, its w head and the layers ``--keep`` names, in that order; a shape that
+    does not fit the teacher is refused in one line, before the run's folder is made."""
+    from bm25aug.model import packaged
+    from bm25aug.model.onnx_encoder import OnnxQueryEncoder
+    from bm25aug.train import distill
+    from bm25aug.train.student import make_student
+    from bm25aug.train.teacher_weights import teacher_state
+
+    general = OnnxQueryEncoder.packaged(packaged.PACKAGED_ROOT / "general", "onnx-int8")
+    state = teacher_state(general.onnx_path)
+    texts = ["vitamin b12 deficiency anemia", "what causes lions to roar", "electric car battery in a garage"]
+    batch = general.target.batch(texts)
+    served, _ = general.outputs(batch)
+    real = batch.attention_mask > 0
+
+    def w_of(model):
+        with torch.no_grad():
+            return model.eval()(torch.from_numpy(batch.input_ids), torch.from_numpy(batch.attention_mask)
+                                ).token_weights.numpy()
+
+    rebuilt = w_of(make_student(general.config, 6, 384, augmentation=False, start=state))
+    base = w_of(make_student(general.config, 6, 384, augmentation=False))
+    assert np.corrcoef(rebuilt[real], served[real])[0, 1] > 0.99
+    assert np.abs(rebuilt - served)[real].mean() < 0.05 < np.abs(base - served)[real].mean()
+
+    student = make_student(general.config, 2, 384, augmentation=False, start=state, keep=[0, 5])
+    own = student.state_dict()
+    assert student.encoder.config.num_hidden_layers == 2 and student.config.use_augmentation is False
+    for name in ("encoder.embeddings.word_embeddings.weight", "weight_head.weight", "weight_head.bias"):
+        assert torch.equal(own[name], state[name])
+    for mine, theirs in ((0, 0), (1, 5)):
+        for part in ("attention.self.query.weight", "intermediate.dense.weight", "output.LayerNorm.bias"):
+            assert torch.equal(own[f"encoder.encoder.layer.{mine}.{part}"], state[f"encoder.encoder.layer.{theirs}.{part}"])
+    for layers, hidden, keep, fix in ((2, 128, None, "--hidden 384"), (2, 384, [5, 0], "increasing"),
+                                      (2, 384, [0, 6], "layers 0-5"), (1, 384, [0, 1], "increasing")):
+        with pytest.raises(UserError, match=fix):
+            make_student(general.config, layers, hidden, augmentation=False, start=state, keep=keep)
+    for flags, fix in ((["--hidden", "128", "--start", "teacher"], "--hidden 384"),
+                       (["--keep", "0,5"], "add --start teacher"), (["--start", "Teacher"], "one of base, teacher"),
+                       (["--start", "teacher", "--hidden", "384", "--keep", "0,x"], "comma-separated")):
+        capsys.readouterr()  # what building the students above printed
+        with pytest.raises(SystemExit) as stop:
+            distill.main(["--teacher", "general", "--output-dir", str(tmp_path / "run"), *flags])
+        error = capsys.readouterr().err.strip()
+        assert stop.value.code == 2 and fix in error and len(error.splitlines()) == 1, error
+        assert not (tmp_path / "run").exists()

@@ -36,7 +36,7 @@ from filelock import FileLock
 
 from bm25aug.dense.models import Encoder
 from bm25aug.errors import UserError
-from bm25aug.io import atomic_dir, atomic_open, derived_ok, record_derived, source_key, write_json
+from bm25aug.io import atomic_dir, atomic_open, derived_ok, open_regular, record_derived, source_key, write_json
 from bm25aug.progress import progress
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ def reuse(folder: Path, key: str, expected: dict, store: VectorStore) -> tuple[A
     if not derived_ok(folder / store.vectors_file, key):
         return None
     try:
-        info = json.loads((folder / store.info_file).read_text(encoding="utf-8"))
+        info = read_record(folder / store.info_file)
         if {k: info.get(k) for k in expected} != expected:
             log.info("%s was made for another corpus, id table or model; encoding again", folder)
             return None
@@ -195,17 +195,24 @@ def partial_folder(path: Path, plan: dict) -> Path:
     dropped; a folder bm25aug did not make (no plan.json) is refused."""
     if path.is_dir():
         try:
-            same = json.loads((path / PLAN).read_text(encoding="utf-8")) == plan
+            same = read_record(path / PLAN) == plan
         except (OSError, ValueError):
             same = False
         if not same:
-            if not (path / PLAN).is_file() and any(path.iterdir()):
+            if not (path / PLAN).exists() and any(path.iterdir()):
                 raise UserError(f"{path} holds files bm25aug did not write (no {PLAN}); fix: move it away")
             shutil.rmtree(path)
     if not path.is_dir():
         path.mkdir(parents=True)
         write_json(path / PLAN, plan)
     return path
+
+
+def read_record(path: Path) -> Any:
+    """A record of the cache read as JSON, only from a regular file: a FIFO or a device there is an
+    ``OSError`` (unreadable, made again), never waited on."""
+    with open_regular(path) as f:
+        return json.load(f)
 
 
 def load_chunk(path: Path, rows: int, dim: int, store: VectorStore) -> tuple[Any, float] | None:

@@ -14,7 +14,8 @@ digest (checked on every load) and the seconds the encoding took; evaluation rep
 Documents are the index's stored ``contents`` (title and text, what BM25 searched). Encoding
 writes each finished chunk of ``CHUNK_DOCS`` documents atomically into ``<key>.partial/``, so an
 interrupted encoding continues from its last chunk; the finished embeddings are streamed from the
-chunks into the ``.npy`` file (``np.lib.format.open_memmap``) and appear in one rename.
+chunks into the ``.npy`` file (plain writes, so that a full disk is an error, never a SIGBUS) and
+appear in one rename.
 Two processes never encode the same key at once (a lock; the second reuses the first's). The
 machinery is the SPLADE peer's too (``bm25aug.dense.corpus_cache``); ``DenseStore`` is how this
 peer keeps its vectors.
@@ -22,6 +23,7 @@ peer keeps its vectors.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -139,13 +141,17 @@ class DenseStore:
         return vectors if vectors.shape == (rows, dim) else None
 
     def write(self, path: Path, parts, rows: int, dim: int) -> np.ndarray:
-        out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(rows, dim))
-        at = 0
-        for part in parts:
-            out[at:at + len(part)] = part
-            at += len(part)
-        out.flush()
-        del out
+        """The ``.npy`` (np.save's bytes) written with plain writes, header then chunk after chunk: a
+        full disk is an ``OSError`` (ENOSPC) at the write that finds no room, where the pages of a
+        mapping would be a SIGBUS."""
+        header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
+                  "shape": (rows, dim)}
+        with open(path, "wb") as f:
+            np.lib.format.write_array_header_1_0(f, header)
+            for part in parts:
+                f.write(np.ascontiguousarray(part, dtype=np.float32).data)
+            f.flush()
+            os.fsync(f.fileno())
         return self.load(path)
 
     def load(self, path: Path) -> np.ndarray:

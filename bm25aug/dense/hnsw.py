@@ -8,34 +8,45 @@ reuses it, and each model has its own. One built elsewhere (``build_hnsw(..., ou
 ``python -m bm25aug.dense.hnsw INDEX --out FOLDER``) is searched by naming its folder
 (``DenseSearcher(index, model, search=FOLDER)``).
 
-Building: the embeddings, in external-id order, are written as Parquet files of ``PARQUET_ROWS``
-(docid, vector) rows and indexed by ``io.anserini.index.IndexHnswDenseVectors``
-(``ParquetDenseVectorCollection``, ``DenseVectorDocumentGenerator``, dot product, HNSW ``M`` and
-``EF_CONSTRUCTION`` as Pyserini's prebuilt BEIR HNSW indexes, merged into one segment). The
-folder appears in one rename with ``hnsw.json``: the corpus, the model and its digest, the id
-table's digest, the settings and the seconds the build took.
+Building: the embeddings, in external-id order, are written as uncompressed Parquet files of
+``PARQUET_ROWS`` (docid, vector) rows (so Parquet's Java reader never loads snappy-java, which
+left its native library in the system's temporary folder at each build) and indexed by
+``io.anserini.index.IndexHnswDenseVectors`` (``ParquetDenseVectorCollection``,
+``DenseVectorDocumentGenerator``, dot product, HNSW ``M`` and ``EF_CONSTRUCTION`` as Pyserini's
+prebuilt BEIR HNSW indexes, merged into one segment); what Anserini prints is kept off the
+terminal, its failure one line. The folder appears in one rename with ``hnsw.json``: the corpus,
+the model and its digest, the id table's digest, the settings and the seconds the build took. A
+usable index already there is kept (looked at before any lock: a read-only cache serves it);
+anything else is replaced where bm25aug may (``replaceable``).
 
-Searching: ``io.anserini.search.HnswDenseSearcher`` with ``efSearch`` ``EF_SEARCH`` takes
-our own query vector; its candidates' docids are mapped to the flat index's doc numbers, rescored
-exactly from the embeddings and ordered as exact search orders them (score, then doc number):
-where the graph finds exact search's top k, the run is exact search's, scores and ties alike.
+Searching: ``io.anserini.search.HnswDenseSearcher`` with ``efSearch`` ``EF_SEARCH`` takes our own
+query vector; its candidates' docids are mapped to the flat index's doc numbers, rescored exactly
+from the embeddings and ordered as exact search orders them (score, then doc number): where the
+graph finds exact search's top k, the run is exact search's, scores and ties alike. A k above
+``EF_SEARCH`` is searched exactly (the same top k as a deeper graph search would find at best).
 
-Which search a ``DenseSearcher`` does (``choose_hnsw``): ``"auto"`` (the default) is exact below
-``EXACT_BELOW`` documents, whatever the cache holds, and from it searches the corpus's HNSW index
-(built first when missing); ``"exact"``; ``"hnsw"`` (built when missing); or a folder. A graph
-search keeps ``EF_SEARCH`` candidates; a k above that is searched exactly (the same top k as a
-deeper graph search would find at best, and one Java searcher per index). A folder whose record names another corpus, id table or model is refused
-in one line.
+Which search a ``DenseSearcher`` does (``choose_hnsw``): ``"auto"`` (the default; None too) is
+exact below ``EXACT_BELOW`` documents, whatever the cache holds, and from it searches the corpus's
+HNSW index (built first when missing); ``"exact"``; ``"hnsw"`` (built when missing); or a folder.
+A folder is checked first (``check_folder``): its record, read only as a regular file (a FIFO is
+never waited on), names this corpus, id table and model, and its Lucene files open and hold the
+corpus's documents (their count and ``IDS_CHECKED`` ids); a fault is one line naming the folder
+and the build that replaces it.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
+import os
+import re
 import shutil
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -44,8 +55,10 @@ from filelock import FileLock
 from bm25aug.dense import embeddings
 from bm25aug.dense.corpus_cache import corpus_identity, ids_digest
 from bm25aug.dense.embeddings import LuceneRows, top_of
-from bm25aug.errors import UserError
-from bm25aug.io import atomic_dir, source_key, temp_sibling, write_json
+from bm25aug.errors import UserError, os_error_message
+from bm25aug.io import atomic_dir, check_replaceable, open_regular, source_key, temp_sibling, write_json
+from bm25aug.limits import check
+from bm25aug.locations import CLUSTER, index_location, url_scheme
 from bm25aug.lucene.jvm import JNI_LOCK, interruptible, jclass
 from bm25aug.ranking import TopK
 
@@ -58,8 +71,10 @@ EF_SEARCH = 200  # candidates a graph search keeps; a k above it is searched exa
 EXACT_BELOW = 100_000  # documents: below, "auto" is exact search; from it, HNSW (not measured between 5k and 1M)
 THREADS = 1  # indexing threads: with more, documents enter the graph in a varying order and each build differs
 PARQUET_ROWS = 20_000  # vectors a Parquet file holds (Anserini reads a file whole, as doubles)
+IDS_CHECKED = 64  # documents of an HNSW index, spread over it, whose ids a check looks up in the flat index
 SEARCHES = ("auto", "exact", "hnsw")
 CHECKED = ("recipe", "corpus", "model_digest", "documents", "ids_digest")  # what a folder must share
+LUCENE_FILE = re.compile(r"segments(_\w+)?|pending_segments_\w+|write\.lock|_\w+\.\w+")  # names Lucene writes
 _quiet: list = []
 
 
@@ -77,54 +92,78 @@ def default_folder(index, model) -> Path:
     return embeddings.CACHE_ROOT / HNSW / key
 
 
-def choose_hnsw(index, model, rows: LuceneRows, search: str | Path = "auto") -> "HnswIndex | None":
+def choose_hnsw(index, model, rows: LuceneRows, search: str | Path | None = "auto") -> "HnswIndex | None":
     """The HNSW index ``search`` asks for (module docstring), None for exact search."""
+    search = "auto" if search is None else search
     if isinstance(search, str) and search in SEARCHES:
         if search == "exact" or (search == "auto" and index.num_docs < EXACT_BELOW):
             return None  # below EXACT_BELOW, auto is exact even where an HNSW index was built
         folder = default_folder(index, model)
-        if not (folder / RECORD).is_file():
+        if not (folder / RECORD).is_file():  # missing, or a FIFO or a folder in its place: built (replaced)
             build_hnsw(index, model, rows, folder)
         return HnswIndex(folder, index, model, rows)
-    folder = Path(search)
-    if not (folder / RECORD).is_file():
-        raise UserError(f"dense search {str(search)!r} is none of {', '.join(SEARCHES)} nor an HNSW index folder "
-                        f"(no {RECORD}); fix: pass one of them, or build one with `python -m bm25aug.dense.hnsw "
-                        f"INDEX --out {folder}`")
-    return HnswIndex(folder, index, model, rows)
+    named = isinstance(search, (str, os.PathLike)) and str(os.fspath(search)).strip() != ""
+    why = ("not a path" if not named else "no such folder" if not os.path.lexists(search) else
+           f"no {RECORD} in it" if not os.path.lexists(Path(search) / RECORD) else "")
+    if why:
+        raise UserError(f"dense search {repr(os.fspath(search) if named else search)} is none of {', '.join(SEARCHES)}, "
+                        f"nor an HNSW index's folder ({why}); fix: pass one of them, or a folder built by "
+                        f"`python -m bm25aug.dense.hnsw INDEX --out FOLDER`")
+    return HnswIndex(Path(search), index, model, rows)
 
 
 def build_hnsw(index, model, rows: LuceneRows | None = None, out: str | Path | None = None,
                threads: int = THREADS) -> Path:
     """Build the HNSW index of ``index``'s embeddings under ``model`` (``rows``: those embeddings;
-    None: from the cache, encoded first when missing) into ``out`` (None: the cache's folder)."""
-    rows = rows if rows is not None else embeddings.corpus_embeddings(index, model)[0]
+    None: from the cache, encoded first when missing) into ``out`` (None: the cache's folder) with
+    ``threads`` indexing threads. A usable index already there is kept, anything else in ``out``
+    replaced where bm25aug may (module docstring)."""
+    threads = THREADS if threads is None else check("threads", threads)
     out = Path(out) if out is not None else default_folder(index, model)
+    fault = folder_fault(out, index, model)
+    if fault is None:
+        return out  # looked at before locking: a read-only cache that holds it serves it
     out.parent.mkdir(parents=True, exist_ok=True)
-    expected = expected_record(index, model)
     with FileLock(str(out.parent / f".{out.name}.lock")):
-        if (out / RECORD).is_file() and same(read_record(out), expected):
+        if folder_fault(out, index, model) is None:
             return out  # another process built it meanwhile
+        replaceable(out)  # before any encoding
+        if fault:
+            log.warning("%s; building it again", fault)
+        rows = rows if rows is not None else embeddings.corpus_embeddings(index, model)[0]
         shards = temp_sibling(out, "building")
         try:
-            with atomic_dir(out, RECORD, what="an HNSW index built by bm25aug") as work:
+            with atomic_dir(out, None, what="an HNSW index built by bm25aug") as work:  # (replaceable: checked)
                 start = time.perf_counter()
                 write_parquet(index, rows, shards)
                 log.info("building the HNSW index of %d %s vectors of %s (M %d, efC %d) in %s", len(rows),
                          model.name, index.path, M, EF_CONSTRUCTION, out)
-                indexed = run_indexer(shards, work, threads)
-                if indexed != len(rows):
-                    raise UserError(f"Anserini indexed {indexed} of the {len(rows)} vectors of {index.path}; fix: "
-                                    f"look for its error above (a zero vector cannot be indexed), then build again")
-                write_json(work / RECORD, {**expected, "threads": threads,
+                run_indexer(shards, work, threads, index, len(rows))
+                write_json(work / RECORD, {**expected_record(index, model), "threads": threads,
                                            "build_seconds": round(time.perf_counter() - start, 3)})
+        except OSError as e:  # named by the folder asked for (pyarrow's error says its errno only in its text)
+            raise (OSError(e.errno, os.strerror(e.errno), str(out)) if e.errno else e) from None
         finally:
             shutil.rmtree(shards, ignore_errors=True)
     return out
 
 
+def replaceable(out: Path) -> None:
+    """Refuse ``out`` unless bm25aug may replace it: any folder in the cache's ``dense-hnsw/``; elsewhere
+    an empty folder, or one holding ``hnsw.json`` (in any state) and nothing but Lucene's index files."""
+    what, fix = "an HNSW index built by bm25aug", "choose another --out, or move that folder away"
+    if out.parent == embeddings.CACHE_ROOT / HNSW or not out.is_dir() or out.is_symlink():
+        check_replaceable(out, None, what, fix)  # a link or a file is refused; a cache folder replaced
+        return
+    check_replaceable(out, RECORD, what, fix)  # no hnsw.json, and not empty: refused
+    foreign = sorted(p.name for p in out.iterdir() if p.name != RECORD and not LUCENE_FILE.fullmatch(p.name))
+    if foreign:
+        raise UserError(f"{out} holds files that no HNSW index built by bm25aug holds ({', '.join(foreign[:3])}"
+                        f"{', ...' if len(foreign) > 3 else ''}); bm25aug will not delete it; fix: {fix}")
+
+
 def write_parquet(index, rows: LuceneRows, folder: Path) -> None:
-    """The vectors, in external-id order, as Parquet files of (docid, vector) rows."""
+    """The vectors, in external-id order, as uncompressed Parquet files of (docid, vector) rows."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -134,11 +173,13 @@ def write_parquet(index, rows: LuceneRows, folder: Path) -> None:
         ids = pa.array([str(i) for i in index.docids[index.by_id[at:at + PARQUET_ROWS]]], pa.string())
         vectors = pa.FixedSizeListArray.from_arrays(pa.array(block.ravel()), block.shape[1])
         table = pa.table({"docid": ids, "vector": vectors.cast(pa.list_(pa.float32()))})
-        pq.write_table(table, folder / f"part-{at // PARQUET_ROWS:05d}.parquet")
+        pq.write_table(table, folder / f"part-{at // PARQUET_ROWS:05d}.parquet", compression="none")
 
 
-def run_indexer(shards: Path, work: Path, threads: int) -> int:
-    """Anserini's HNSW indexer over the Parquet files into ``work``; the documents it holds."""
+def run_indexer(shards: Path, work: Path, threads: int, index, vectors: int) -> None:
+    """Anserini's HNSW indexer over the Parquet files into ``work``, which must then hold the
+    ``vectors`` of ``index`` (``lucene_fault``). What it prints (its log, a thread's stack trace) is
+    kept off the terminal: a full disk is the system's ``OSError``, another failure one line."""
     from bm25aug.lucene.index import MEMORY_BUFFER_MB
 
     quiet()
@@ -149,14 +190,34 @@ def run_indexer(shards: Path, work: Path, threads: int) -> int:
         args.M, args.efC, args.memoryBuffer = M, EF_CONSTRUCTION, MEMORY_BUFFER_MB
         args.optimize, args.quiet = True, True
         indexer = jclass("io.anserini.index.IndexHnswDenseVectors")(args)
-    interruptible(indexer.run)
-    with JNI_LOCK:
-        directory = jclass("org.apache.lucene.store.FSDirectory").open(jclass("java.nio.file.Paths").get(str(work)))
-        reader = jclass("org.apache.lucene.index.DirectoryReader").open(directory)
-        try:
-            return int(reader.numDocs())
-        finally:
-            reader.close()
+    with printed() as said:
+        interruptible(indexer.run)
+    if any(os.strerror(errno.ENOSPC) in line for line in said):  # Java's IOException says it so
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(work))
+    fault = lucene_fault(work, index, vectors)
+    if fault:
+        error = next((line.strip() for line in said if "ERROR" in line or "Exception" in line), "no error shown")
+        raise UserError(f"the index Anserini built {fault} ({error[:160]}); fix: mend what it names (a zero "
+                        f"vector cannot be indexed), then build again")
+
+
+@contextmanager
+def printed():
+    """The lines this process writes to its stdout and stderr while the block runs (Java's own
+    output too), kept in memory and off the terminal (logged at debug level)."""
+    sys.stdout.flush(), sys.stderr.flush()
+    said: list[str] = []
+    sink = os.fdopen(os.memfd_create("anserini"), "w+b") if hasattr(os, "memfd_create") else tempfile.TemporaryFile()
+    saved = os.dup(1), os.dup(2)
+    try:
+        os.dup2(sink.fileno(), 1), os.dup2(sink.fileno(), 2)
+        yield said
+    finally:
+        os.dup2(saved[0], 1), os.dup2(saved[1], 2), os.close(saved[0]), os.close(saved[1])
+        with sink:
+            sink.seek(0)
+            said += sink.read(1 << 20).decode("utf-8", "replace").splitlines()
+        log.debug("Anserini printed: %s", said)
 
 
 def quiet() -> None:
@@ -167,18 +228,50 @@ def quiet() -> None:
         _quiet.append(logger)  # JUL holds loggers weakly
 
 
-def read_record(folder: Path) -> dict:
-    try:
-        record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise UserError(f"{folder / RECORD} is unreadable ({e}); fix: build the HNSW index again") from None
-    if not isinstance(record, dict):
-        raise UserError(f"{folder / RECORD} is no HNSW record; fix: build the HNSW index again")
+def rebuild(folder: Path, index, model) -> str:
+    """The fix for a faulty HNSW folder: the build that replaces it."""
+    out = "" if folder == default_folder(index, model) else f" --out {folder}"
+    return (f"build it again with `python -m bm25aug.dense.hnsw {index.path} --dense-model "
+            f"{model.corpus_encoder.name}{out}`, which replaces it")
+
+
+def check_folder(folder: Path, index, model) -> dict:
+    """``folder``'s record, once the folder is a usable HNSW index of ``index``'s corpus under
+    ``model`` (module docstring); else one line naming the fault and the fix."""
+    fix, expected = rebuild(folder, index, model), expected_record(index, model)
+    record = read_record(folder, fix)
+    refuse_other(folder, record, expected, index)
+    fault = lucene_fault(folder, index, expected["documents"])
+    if fault:
+        raise UserError(f"{folder} {fault}; fix: {fix}")
     return record
 
 
-def same(record: dict, expected: dict) -> bool:
-    return all(record.get(key) == expected[key] for key in CHECKED)
+def folder_fault(folder: Path, index, model) -> str | None:
+    """None when ``folder`` is a usable HNSW index (``check_folder``); "" when nothing is there;
+    else what is wrong with it."""
+    if not os.path.lexists(folder):
+        return ""
+    try:
+        check_folder(folder, index, model)
+    except UserError as e:
+        return str(e).split("; fix: ")[0]
+    return None
+
+
+def read_record(folder: Path, fix: str) -> dict:
+    """``folder``'s record, read only once it is a regular file (a FIFO is never waited on)."""
+    path = folder / RECORD
+    try:
+        with open_regular(path) as f:
+            record = json.load(f)
+    except OSError as e:
+        raise UserError(f"{path} cannot be read ({e.strerror or e}); fix: {fix}") from None
+    except ValueError as e:  # not JSON, not UTF-8
+        raise UserError(f"{path} is unreadable ({type(e).__name__}: {str(e)[:80]}); fix: {fix}") from None
+    if not isinstance(record, dict):
+        raise UserError(f"{path} is no HNSW record (not a JSON object); fix: {fix}")
+    return record
 
 
 def refuse_other(folder: Path, record: dict, expected: dict, index) -> None:
@@ -191,19 +284,47 @@ def refuse_other(folder: Path, record: dict, expected: dict, index) -> None:
         raise UserError(f"{folder} indexes {record.get('model')} embeddings (digest {record.get('model_digest')}), "
                         f"not {expected['model']}'s ({expected['model_digest']}); fix: search it with that model, "
                         f"or build one for {expected['model']} with {build}")
-    if not same(record, expected):
+    if any(record.get(key) != expected[key] for key in CHECKED):
         raise UserError(f"{folder} was built by another recipe or from another id table than {index.path}'s; "
                         f"fix: build it again with {build}")
 
 
+def java_cause(error: Exception) -> str:
+    return (str(error).splitlines() or [""])[0].removeprefix("JVM exception occurred: ")[:160]
+
+
+def lucene_fault(folder: Path, index, documents: int) -> str | None:
+    """What keeps the Lucene files in ``folder`` from being an index of ``index``'s ``documents``
+    documents (None: nothing): they do not open, hold another count, or ids ``index`` lacks."""
+    from jnius import JavaException
+
+    quiet()
+    try:
+        with JNI_LOCK:
+            directory = jclass("org.apache.lucene.store.FSDirectory").open(jclass("java.nio.file.Paths").get(str(folder)))
+            reader = jclass("org.apache.lucene.index.DirectoryReader").open(directory)
+            try:
+                count, stored = int(reader.numDocs()), reader.storedFields()
+                picks = np.unique(np.linspace(0, count - 1, min(count, IDS_CHECKED)).astype(int)).tolist()
+                ids = [str(stored.document(i).get("id")) for i in picks]  # spread over the index
+            finally:
+                reader.close()
+    except JavaException as e:
+        return f"cannot be opened as a Lucene index ({java_cause(e)})"
+    if count != documents:
+        return f"holds {count} documents, not the {documents} of {index.path}"
+    if (index.doc_numbers(ids) < 0).any():
+        return f"holds documents that {index.path} lacks"
+    return None
+
+
 class HnswIndex:
-    """A corpus's HNSW index, searched by Anserini's ``HnswDenseSearcher`` with our own query
-    vectors; hits rescored exactly from ``rows`` (the corpus's ``LuceneRows``)."""
+    """A corpus's HNSW index (checked first: ``check_folder``), searched by Anserini's ``HnswDenseSearcher``
+    with our own query vectors; hits rescored exactly from ``rows`` (the corpus's ``LuceneRows``)."""
 
     def __init__(self, folder: Path, index, model, rows: LuceneRows):
-        expected = expected_record(index, model)
-        self.record = read_record(folder)
-        refuse_other(folder, self.record, expected, index)
+        self.record = check_folder(folder, index, model)
+        self.fix = rebuild(folder, index, model)
         self.folder, self.index, self.rows = folder, index, rows
         self._searcher = None
 
@@ -223,13 +344,19 @@ class HnswIndex:
                 self._searcher = None
 
     def candidates(self, vector: np.ndarray) -> np.ndarray:
-        """The doc numbers of the graph's ``EF_SEARCH`` candidates for ``vector``."""
-        with JNI_LOCK:
-            hits = self.searcher().search(np.asarray(vector, np.float32).tolist(), EF_SEARCH)
-            docids = [str(hit.docid) for hit in hits]
+        """The doc numbers of the graph's ``EF_SEARCH`` candidates for ``vector``; a folder damaged
+        since it was checked is one line."""
+        from jnius import JavaException
+
+        try:
+            with JNI_LOCK:
+                hits = self.searcher().search(np.asarray(vector, np.float32).tolist(), EF_SEARCH)
+                docids = [str(hit.docid) for hit in hits]
+        except JavaException as e:
+            raise UserError(f"{self.folder} cannot be searched ({java_cause(e)}); fix: {self.fix}") from None
         numbers = self.index.doc_numbers(docids)
         if (numbers < 0).any():
-            raise UserError(f"{self.folder} holds documents that {self.index.path} lacks; fix: build it again")
+            raise UserError(f"{self.folder} holds documents that {self.index.path} lacks; fix: {self.fix}")
         return numbers
 
     def search(self, vector: np.ndarray, k: int) -> TopK:
@@ -253,10 +380,17 @@ def main(argv: list[str] | None = None) -> int:
         from bm25aug.dense.loading import load_dense_model
         from bm25aug.lucene.reader import LuceneIndex
 
+        check("threads", args.threads)
+        if index_location(args.index) == CLUSTER:
+            raise UserError(f"{url_scheme(args.index)} is a cluster's index: an HNSW index is built from a flat index "
+                            f"folder's stored documents; fix: pass the dataset's flat index folder")
         index = LuceneIndex(Path(args.index))
         print(build_hnsw(index, load_dense_model(args.dense_model), out=args.out, threads=args.threads))
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a full or read-only disk, as the command line reports it
+        print(f"error: {os_error_message(e)}", file=sys.stderr)
         return 2
     return 0
 

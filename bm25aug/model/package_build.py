@@ -31,6 +31,8 @@ def build(name: str) -> Path:
     spec = BUILDS.get(name)
     if spec is None:
         raise UserError(f"no packaged model is called {name!r}; fix: use one of {', '.join(BUILDS)}")
+    if "cut_from" in spec:
+        return cut(name, spec)
     datasets = recipes.datasets(spec["recipe"])
     licenses = {d: REGISTRY[d].license for d in datasets}
     if bad := [f"{d} ({lic or 'unknown'})" for d, lic in licenses.items() if lic not in SHIPPABLE]:
@@ -81,6 +83,42 @@ def _write(name: str, spec: dict, licenses: dict, run: Path) -> Path:
     return PACKAGED_ROOT / name
 
 
+def cut(name: str, spec: dict) -> Path:
+    """``bm25aug/models/NAME`` as the packaged model ``spec["cut_from"]`` with its graph cut to
+    ``spec["outputs"]`` (``onnx.utils.Extractor``: the nodes those outputs need, bit for bit the
+    same values) and ``use_augmentation`` off: the same encoder and w head, no a(q) head. Left as it
+    is when cut from this very file already."""
+    import onnx
+    from onnx.utils import Extractor
+
+    from bm25aug.io import atomic_dir, write_json
+    from bm25aug.model.config import CONFIG_NAME
+    from bm25aug.model.packaged import check_files
+
+    source = PACKAGED_ROOT / spec["cut_from"]
+    parent, made = check_files(source), PACKAGED_ROOT / name / PACKAGE_FILE
+    origin = {"name": spec["cut_from"], "onnx_digest": parent["onnx_digest"], "outputs": spec["outputs"]}
+    if made.is_file() and json.loads(made.read_text()).get("cut_from") == origin:
+        return PACKAGED_ROOT / name
+    graph = onnx.load(str(source / ONNX_FILE))
+    inputs = [i.name for i in graph.graph.input]
+    with atomic_dir(PACKAGED_ROOT / name, PACKAGE_FILE, what="a packaged bm25aug model") as tmp:
+        onnx.save(Extractor(graph).extract_model(inputs, spec["outputs"]), str(tmp / ONNX_FILE))
+        config = json.loads((source / CONFIG_NAME).read_text(encoding="utf-8"))
+        write_json(tmp / CONFIG_NAME, {**config, "use_augmentation": False})
+        for file in parent["files"]:
+            if file.startswith(TOKENIZER_PREFIXES):
+                (tmp / file).write_bytes((source / file).read_bytes())
+        files = {f.name: file_record(f) for f in sorted(tmp.iterdir())}
+        record = {**{k: parent[k] for k in ("recipe", "training_sets", "run", "dev", "source")}, "name": name,
+                  "cut_from": origin, "onnx_digest": files[ONNX_FILE]["blake2b"], "files": files,
+                  "bytes": sum(f["bytes"] for f in files.values()),
+                  "command": f"python -m bm25aug.model.packaged {name}"}
+        write_json(tmp / PACKAGE_FILE, record)
+        (tmp / "README.md").write_text(_card(record), encoding="utf-8")
+    return PACKAGED_ROOT / name
+
+
 def _student_record(spec: dict) -> dict:
     """A student's teacher and shape, for its record and card (nothing for a recipe's own model)."""
     if "teacher" not in spec:
@@ -104,6 +142,8 @@ def _left_out() -> str:
 
 
 def _card(record: dict) -> str:
+    made_by = (f"cuts `{record['cut_from']['name']}`'s graph; no training" if "cut_from" in record else
+               f"trains the recipe into `{record['run']}` unless its best/ exists, then exports it")
     sets = "\n".join(f"| {d} | {lic} |" for d, lic in record["training_sets"].items())
     if "teacher" in record:
         shape = record["student"]
@@ -112,6 +152,12 @@ def _card(record: dict) -> str:
                 f"({'w and a(q)' if shape['aug_weight'] else 'w alone: no a(q) head'}) on the training "
                 f"queries of its `{record['recipe']}` recipe (`bm25aug.train.distill`, seed {shape['seed']}, "
                 f"{shape['epochs']} epochs; no labels, no documents), as its")
+    elif "cut_from" in record:
+        what = (f"The packaged model `{record['cut_from']['name']}` (the contextual query model of the "
+                f"`{record['recipe']}` recipe) served without its a(q) head: the same encoder and per-token "
+                f"weights w(q), its graph cut to {', '.join(record['cut_from']['outputs'])} "
+                f"(`onnx.utils.Extractor`), so it reweights a query's own terms and adds none. On corpora "
+                f"left out of its training, a(q) added nothing to the gain. It ships as its")
     else:
         what = (f"The contextual query model of the `{record['recipe']}` recipe "
                 f"(`bm25aug/recipes/{record['recipe']}.yaml`), as its")
@@ -139,8 +185,7 @@ Bioinformatics 2019).
 
 ## Made by
 
-`{record['command']}` (trains the recipe into `{record['run']}` unless its best/ exists, then
-exports it). Model selection on the run's dev queries: {json.dumps(record['dev'])}. What it scores
+`{record['command']}` ({made_by}). Model selection on the run's dev queries: {json.dumps(record['dev'])}. What it scores
 on corpora left out of its training is in docs/results.md (the packaged model).
 """
 

@@ -167,9 +167,10 @@ class Target:
         return np.count_nonzero(a > 0, axis=1)
 
     # ------------------------------------------------------------------------------ search side
-    def term_lists(self, batch: QueryBatch, w: np.ndarray, a: np.ndarray) -> list[dict[str, float]]:
+    def term_lists(self, batch: QueryBatch, w: np.ndarray, a: np.ndarray | None) -> list[dict[str, float]]:
         """``{term: boost}`` per query, boosts > 0 only, in float32 as the torch path computes them.
-        ``a``: a(q) on the live entries (``live_part``), as the ONNX graph outputs it."""
+        ``a``: a(q) on the live entries (``live_part``), as the ONNX graph outputs it; None for a
+        model without a(q), whose term lists are its reweighted query terms alone."""
         one = np.float32(1)
         use_a = self.use_augmentation(batch, a)
         result = []
@@ -179,9 +180,11 @@ class Target:
             for term, span in zip(batch.terms[i], batch.spans[i]):
                 occ = max(span_mean(row, span), self.floor) if span else one
                 weights[term] = weights.get(term, np.float32(0)) + occ
-            added = self.added(a[i]) if use_a[i] else {}
-            boosts = {t: tw * (one + added.get(t, np.float32(0))) for t, tw in weights.items()}
-            boosts.update((t, v) for t, v in added.items() if t not in weights)
+            boosts = weights
+            if use_a[i]:
+                added = self.added(a[i])
+                boosts = {t: tw * (one + added.get(t, np.float32(0))) for t, tw in weights.items()}
+                boosts.update((t, v) for t, v in added.items() if t not in weights)
             result.append({t: float(boosts[t]) for t in sorted(boosts, key=self.order) if boosts[t] > 0})
         return result
 

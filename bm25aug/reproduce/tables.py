@@ -24,6 +24,7 @@ from bm25aug.io import atomic_write_text
 from bm25aug.reproduce.choice_table import choice_table
 from bm25aug.reproduce.cluster_tables import corpus_name, analyzer_table, cluster_table, ingest_table, sizing_table
 from bm25aug.reproduce.hybrid_tables import cost_table, fusion_table, hnsw_table, precision_table
+from bm25aug.reproduce.student_tables import fidelity_table
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH_DATA = {"speed": ROOT / "docs" / "data" / "speed.json", "scale": ROOT / "docs" / "data" / "scale.json",
@@ -63,6 +64,8 @@ BENCH_DATA["dense-split"] = ROOT / "docs" / "data" / "dense_split.json"
 BENCH_DATA["hnsw"] = ROOT / "docs" / "data" / "hnsw.json"
 # OpenSearch's built-in english analyzer against the flat index's (benchmarks/english_analyzer.py --record)
 BENCH_DATA["english-analyzer"] = ROOT / "docs" / "data" / "english_analyzer.json"
+# Students' agreement with their teacher on unlabelled queries (research/student_fidelity.py --json-out)
+BENCH_DATA["student-fidelity"] = ROOT / "docs" / "data" / "student_fidelity.json"
 METRIC_NAMES = {"ndcg@10": "nDCG@10", "recall@100": "R@100", "mrr@10": "MRR@10", "acc@5": "Acc@5",
                 "acc@20": "Acc@20", "acc@100": "Acc@100", "aug_terms_mean": "added terms / query",
                 "added_precision_weight": "added precision (weight)", "latency_ms_p50": "p50 ms",
@@ -351,7 +354,7 @@ def bench_table(name: str) -> str:
               "static": static_table, "term-lists": ab_table, "seams": ab_table, "cluster": cluster_table, "cluster-ingest": ingest_table, "cluster-sizing": sizing_table, "general-models": models_table,
               "budget": budget_table, "feedback-choice": choice_table, "hybrid-fusion": fusion_table,
               "hybrid-cost": cost_table, "dense-precision": precision_table, "dense-split": precision_table, "english-analyzer": analyzer_table,
-              "hnsw": hnsw_table}
+              "hnsw": hnsw_table, "student-fidelity": fidelity_table}
     return tables[name](recorded)
 
 

@@ -84,13 +84,14 @@ class ExactSearcher(Searches):
 class DenseSearcher(ExactSearcher):
     """Inner-product search over an index's documents; hits as ``BM25Searcher``'s. ``model``: a
     ``DenseModel``, or what ``load_dense_model`` takes (None: ``DEFAULT_DENSE_MODEL``). ``search``:
-    ``"auto"`` (the default: exact below ``EXACT_BELOW`` documents, whatever the cache holds;
-    from it, the corpus's HNSW index, built first when missing),
-    ``"exact"``, ``"hnsw"`` (built when missing), or an HNSW index folder (``bm25aug.dense.hnsw``).
-    ``search_kind`` says which it searches; scores are exact inner products either way."""
+    ``"auto"`` (the default, None too: exact below ``EXACT_BELOW`` documents, whatever the cache
+    holds; from it, the corpus's HNSW index, built first when missing),
+    ``"exact"``, ``"hnsw"`` (built when missing), or an HNSW index folder (``bm25aug.dense.hnsw``;
+    checked first: a damaged or foreign one is one line). ``search_kind`` says which it searches;
+    scores are exact inner products either way."""
 
     def __init__(self, index: str | Path | LuceneIndex, model: DenseModel | str | Path | None = None,
-                 search: str | Path = "auto"):
+                 search: str | Path | None = "auto"):
         super().__init__(index, "the dense peer")
         self.model = load_dense_model(model)
         self.embeddings, self.encode_seconds = corpus_embeddings(self.index, self.model)

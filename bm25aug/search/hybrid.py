@@ -129,7 +129,8 @@ class HybridSearcher(Searches):
                         **model_options) -> "HybridSearcher":
         """``model`` (e.g. ``"general"``; None: bm25-flat) on the flat ``index`` folder, fused with
         ``dense_model`` (None: ``DEFAULT_DENSE_MODEL``), searched as ``dense_search`` says (``DenseSearcher``'s
-        ``search``: by default the corpus's HNSW index when it exists). ``model_options``:
+        ``search``: by default ``"auto"``, exact search below ``EXACT_BELOW`` documents whatever the cache
+        holds, and from it the corpus's HNSW index, built first when missing). ``model_options``:
         ``AugmentedSearcher``'s."""
         from bm25aug.search.augmented import AugmentedSearcher
         from bm25aug.search.bm25 import BM25Searcher

@@ -17,6 +17,7 @@ loss on it is ``best/``. The run folder has the layout of a training run (``bm25
 from __future__ import annotations
 
 import json
+import math
 import random
 import sys
 import time
@@ -28,6 +29,7 @@ import torch
 
 from bm25aug.errors import UserError
 from bm25aug.io import atomic_open, claim_folder, derived_ok, digest, record_derived, source_key, write_json, write_jsonl
+from bm25aug.limits import check_all
 from bm25aug.progress import progress
 
 HELD_OUT = 0.05  # of the queries, never trained on: model selection
@@ -52,15 +54,24 @@ class DistillConfig:
     aug_weight: float = 1.0  # 0: a w-only student (no a(q) head: bm25aug.train.student)
     seed: int = 13
     threads: int = 2
+    # "base": the base encoder's embeddings and first layers (narrower: its embeddings' principal
+    # directions, new layers); "teacher": the teacher's own embeddings, layers and w head, read back
+    # from its export (bm25aug.train.teacher_weights), at its width.
+    start: str = "base"
+    keep: str = ""  # with --start teacher: which of its layers, e.g. "0,5" (default: the first --layers)
 
 
+STARTS = ("base", "teacher")
 FLAG_HELP = {"teacher": "the model fitted to: a packaged model's name or a checkpoint folder",
              "recipe": "whose datasets' train queries the teacher reads", "layers": "the student's encoder layers",
              "hidden": "the student's width (a multiple of 64)", "margin": "how far below zero a(q)'s entries that "
              "the teacher leaves out are pushed", "aug_weight": "a(q)'s share of the loss beside w's; 0 makes a w-only "
              "student, whose graph has no a(q) head",
              "pseudo_queries": "pseudo-queries from each training corpus, beside its queries",
-             "threads": "torch threads (1 beside other work on two cores)"}
+             "threads": "torch threads (1 beside other work on two cores)",
+             "start": "where the student's weights start: base (the base encoder's) or teacher (the teacher's own "
+             "embeddings, layers and w head, at its width)",
+             "keep": "with --start teacher, the teacher's layers the student starts from, e.g. 0,5"}
 
 
 @dataclass
@@ -121,12 +132,12 @@ def teacher_outputs(teacher, queries: list[str], out: Path) -> TeacherOutputs:
     made = TeacherOutputs([], [], [], [])
     for query in progress(queries, desc="teacher", unit="q"):
         batch = teacher.target.batch([query])
-        w, a = teacher.outputs(batch)
-        rows = np.flatnonzero(a[0] > 0)
+        w, a = teacher.outputs(batch)  # a is None for a teacher without a(q) (its graph cut to w)
+        rows = np.flatnonzero(a[0] > 0) if a is not None else np.zeros(0, np.int64)
         made.ids.append(batch.input_ids[0].astype(np.int32))
         made.w.append(w[0].astype(np.float32))
         made.a_rows.append(rows.astype(np.int32))
-        made.a_values.append(a[0, rows].astype(np.float32))
+        made.a_values.append(a[0, rows].astype(np.float32) if a is not None else np.zeros(0, np.float32))
     made.save(path)
     record_derived(path, source)
     return made
@@ -178,31 +189,81 @@ def split_queries(n: int, seed: int) -> tuple[list[int], list[int]]:
 def distill(config: DistillConfig, out: Path, data_dir: str | None = None, resume: bool = False) -> Path:
     """Train the student into ``out`` (see the module's text); returns ``out / "best"``."""
     from bm25aug.model.loading import load_encoder
-    from bm25aug.train.student import student_shape
 
-    student_shape(config.layers, config.hidden)
-    if config.aug_weight < 0:
-        raise UserError(f"--aug-weight {config.aug_weight}; fix: pass 0 (a w-only student) or more")
+    check_settings(config)
+    teacher = load_encoder(config.teacher, "onnx-int8")
+    start = teacher_start(teacher, config)  # its shape checked before the folder is made
     lock = claim_folder(out, RUN_MARKER, "a distillation run", "--output-dir")
     try:
         _refuse_other_run(out, config, resume)
         torch.set_num_threads(config.threads)
-        teacher = load_encoder(config.teacher, "onnx-int8")
-        fit(teacher, training_queries(config.recipe, data_dir, config.pseudo_queries, config.seed), config, out, resume)
+        queries = training_queries(config.recipe, data_dir, config.pseudo_queries, config.seed)
+        fit(teacher, queries, config, out, resume, start)
     finally:
         lock.release()
     return out / "best"
 
 
-def fit(teacher, queries: list[str], config: DistillConfig, out: Path, resume: bool = False) -> None:
+def check_settings(config: DistillConfig) -> None:
+    """Refuse a setting out of its range in one line, before the run folder is made and before the
+    teacher's pass: a learning rate above 0 (0 would save the untrained student as ``best/``);
+    epochs, batch size and threads of 1 or more, pseudo-queries of 0 or more and the seed, in the
+    ranges training has (``bm25aug.limits``); the student's shape; a finite margin and a(q) weight
+    of 0 or more (NaN would train NaN weights)."""
+    from bm25aug.train.student import student_shape
+
+    if not 0 < config.lr <= 1:  # NaN fails this too
+        raise UserError(f"--lr {config.lr}; fix: pass a learning rate above 0 and at most 1, e.g. 1e-3")
+    check_all(config)
+    student_shape(config.layers, config.hidden)
+    for flag, value, fix in (("--margin", config.margin, "0 or more, e.g. 0.1"),
+                             ("--aug-weight", config.aug_weight, "0 (a w-only student) or more")):
+        if not (math.isfinite(value) and value >= 0):
+            raise UserError(f"{flag} {value}; fix: pass {fix}")
+    if config.start not in STARTS:
+        raise UserError(f"--start {config.start}; fix: pass one of {', '.join(STARTS)}")
+    if config.keep and config.start != "teacher":
+        raise UserError(f"--keep {config.keep} names the teacher's layers, and --start {config.start} takes none of "
+                        f"them; fix: add --start teacher, or drop --keep")
+    kept_layers(config)
+
+
+def kept_layers(config: DistillConfig) -> list[int] | None:
+    """``--keep``'s layer numbers (None: the first ``--layers``)."""
+    if not config.keep:
+        return None
+    try:
+        return [int(part) for part in config.keep.split(",")]
+    except ValueError:
+        raise UserError(f"--keep {config.keep}; fix: pass the teacher's layer numbers, comma-separated, e.g. "
+                        f"0,5") from None
+
+
+def teacher_start(teacher, config: DistillConfig) -> dict[str, torch.Tensor] | None:
+    """With ``--start teacher``, the teacher's own weights (read back from its export), once the
+    student's shape and ``--keep`` fit them; else None."""
+    if config.start != "teacher":
+        return None
+    from bm25aug.train.student import check_start
+    from bm25aug.train.teacher_weights import teacher_state
+
+    start = teacher_state(teacher.onnx_path)
+    check_start(start, config.layers, config.hidden, kept_layers(config))
+    return start
+
+
+def fit(teacher, queries: list[str], config: DistillConfig, out: Path, resume: bool = False,
+        start: dict[str, torch.Tensor] | None = None) -> None:
     """The teacher's outputs on ``queries`` (from ``out`` when kept), then a seeded student
-    fitted to them in ``out`` (``_train``); the folder is the caller's to claim."""
+    fitted to them in ``out`` (``_train``), started from ``start`` (``teacher_start``) when given;
+    the folder is the caller's to claim."""
     from bm25aug.train.losses import OutputMatchLoss
     from bm25aug.train.student import make_student
 
     data = teacher_outputs(teacher, queries, out)
     torch.manual_seed(config.seed)  # the teacher's pass draws nothing from torch: the student's start is the seed's
-    model = make_student(teacher.config, config.layers, config.hidden, augmentation=config.aug_weight > 0)
+    model = make_student(teacher.config, config.layers, config.hidden, augmentation=config.aug_weight > 0,
+                         start=start, keep=kept_layers(config))
     loss_fn = OutputMatchLoss(float(model.config.weight_floor), config.margin, config.aug_weight)
     _train(model, loss_fn, data, torch.from_numpy(model.target.live), config, out, resume)
 
@@ -221,7 +282,8 @@ def _refuse_other_run(out: Path, config: DistillConfig, resume: bool) -> None:
             raise UserError(f"{saved} is unreadable ({type(e).__name__}); fix: restore it, or choose another "
                             f"--output-dir") from None
         # The epochs set the learning-rate schedule's length: another count would be another run.
-        if changed := [k for k, v in asdict(config).items() if k != "threads" and before.get(k) != v]:
+        defaults = asdict(DistillConfig())  # a run saved before a setting existed had its default
+        if changed := [k for k, v in asdict(config).items() if k != "threads" and before.get(k, defaults[k]) != v]:
             raise UserError(f"{out} was distilled with other settings ({', '.join(changed)}); fix: pass the same ones, "
                             f"or choose another --output-dir")
     write_json(saved, asdict(config))
@@ -284,17 +346,21 @@ def _resumed(model, optimizer, schedule, out: Path, resume: bool) -> tuple[int, 
     state_file = out / "last" / STATE_FILE
     if not (resume and state_file.is_file()):
         return 0, None
-    state = torch.load(state_file, weights_only=True)
-    model.load_state_dict(load_file(str(out / "last" / WEIGHTS_NAME)))
-    optimizer.load_state_dict(state["optimizer"])
-    schedule.load_state_dict(state["schedule"])
-    torch.set_rng_state(state["rng"])  # dropout's draws go on as in a run that never stopped
-    epoch = int(state["epoch"])
+    try:
+        state = torch.load(state_file, weights_only=True)
+        model.load_state_dict(load_file(str(out / "last" / WEIGHTS_NAME)))
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        torch.set_rng_state(state["rng"])  # dropout's draws go on as in a run that never stopped
+        epoch, best = int(state["epoch"]), float(state["best"])
+    except Exception as e:  # torch's unpickler and safetensors raise many types for a damaged file
+        raise UserError(f"{out / 'last'} is damaged ({type(e).__name__}), so the run cannot be resumed from it; fix: "
+                        f"start the run again without --resume in another --output-dir") from None
     log = out / "log.jsonl"
     if log.is_file():  # an epoch logged after last/ was written, by a run stopped before its next last/
         rows = [line for line in log.read_text().splitlines() if line.strip()]
         write_jsonl(log, [r for r in map(json.loads, rows) if r["epoch"] <= epoch])
-    return epoch, float(state["best"])
+    return epoch, best
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -13,6 +13,10 @@ as the teacher does, on an encoder of ``layers`` layers ``hidden`` wide:
   (of the word embeddings), so that the tied a(q) head starts from words' neighbourhoods as the
   teacher's did; its layers start at BERT's random init.
 
+or, with ``start`` (``distill --start teacher``), at the teacher's width from the teacher's own
+weights (``bm25aug.train.teacher_weights``): its embeddings, its w head and the layers ``keep``
+names, in their order (Wang & Lyu, 2023: a student's start decides most of what it keeps).
+
 ``bm25aug.train.distill`` then fits it to the teacher's outputs.
 """
 
@@ -37,12 +41,17 @@ def student_shape(layers: int, hidden: int) -> None:
 
 
 def make_student(teacher: AugmenterConfig, layers: int, hidden: int, base: str | None = None,
-                 augmentation: bool = True) -> QueryAugmenter:
+                 augmentation: bool = True, start: dict[str, torch.Tensor] | None = None,
+                 keep: list[int] | None = None) -> QueryAugmenter:
     """A new student with ``teacher``'s settings on an encoder of ``layers`` x ``hidden`` (see
     the module's text). ``base``: the encoder whose embeddings it starts from (default: the
     packaged all-MiniLM-L6-v2, the teacher's own). ``augmentation=False``: a w-only student
-    (``use_augmentation`` off: a ≡ 0, and its served graph has no a(q) head)."""
+    (``use_augmentation`` off: a ≡ 0, and its served graph has no a(q) head). ``start``: the
+    teacher's own weights (``bm25aug.train.teacher_weights``), whose embeddings, w head and
+    layers ``keep`` (default: the first ``layers``) the student starts from, at the teacher's width."""
     student_shape(layers, hidden)
+    if start is not None:
+        return _from_teacher(teacher, layers, hidden, base, augmentation, start, keep)
     name, encoder, tokenizer = resolve_encoder(base)
     if len(tokenizer) != teacher.vocab_size:
         raise UserError(f"{name} has {len(tokenizer)} vocabulary entries and the teacher {teacher.vocab_size}; fix: "
@@ -64,6 +73,40 @@ def make_student(teacher: AugmenterConfig, layers: int, hidden: int, base: str |
     config = AugmenterConfig(**{**asdict(teacher), "encoder": teacher.encoder,
                                 "use_augmentation": teacher.use_augmentation and augmentation})
     return QueryAugmenter(config, encoder, tokenizer)
+
+
+def check_start(start: dict[str, torch.Tensor], layers: int, hidden: int, keep: list[int] | None
+                ) -> tuple[list[int], int]:
+    """The teacher's layers a student of ``layers`` x ``hidden`` keeps (``keep``, default the first
+    ``layers``) and the teacher's depth, once the shape fits the teacher's weights ``start``."""
+    width = start["encoder.embeddings.word_embeddings.weight"].shape[1]
+    depth = len({k.split(".")[3] for k in start if k.startswith("encoder.encoder.layer.")})
+    keep = list(range(layers)) if keep is None else keep
+    if hidden != width:
+        raise UserError(f"a student started from its teacher is the teacher's width, {width}, not --hidden {hidden}; "
+                        f"fix: pass --hidden {width}, or --start base")
+    if len(keep) != layers or sorted(set(keep)) != keep or not all(0 <= i < depth for i in keep):
+        raise UserError(f"--keep {','.join(map(str, keep))} is not {layers} of the teacher's layers 0-{depth - 1} in "
+                        f"order; fix: pass {layers} increasing layer numbers, e.g. {','.join(map(str, range(layers)))}")
+    return keep, depth
+
+
+def _from_teacher(teacher: AugmenterConfig, layers: int, hidden: int, base: str | None, augmentation: bool,
+                  start: dict[str, torch.Tensor], keep: list[int] | None) -> QueryAugmenter:
+    """A student at the teacher's width: the teacher's embeddings, its layers ``keep`` in their
+    order, and its w head (the a(q) head, when the student has one, starts as a new model's)."""
+    keep, depth = check_start(start, layers, hidden, keep)
+    name, encoder, tokenizer = resolve_encoder(base)
+    encoder.encoder.layer = encoder.encoder.layer[:depth]
+    config = AugmenterConfig(**{**asdict(teacher), "use_augmentation": teacher.use_augmentation and augmentation})
+    model = QueryAugmenter(config, encoder, tokenizer)
+    missing, unexpected = model.load_state_dict(start, strict=False)
+    if unexpected or [k for k in missing if not k.startswith(("aug_head.", "encoder.pooler."))]:
+        raise UserError(f"the teacher's weights do not fit {name}'s encoder ({len(unexpected)} unexpected, "
+                        f"{len(missing)} missing); fix: pass the teacher's own --base encoder")
+    encoder.encoder.layer = torch.nn.ModuleList([encoder.encoder.layer[i] for i in keep])
+    encoder.config.num_hidden_layers = layers
+    return model
 
 
 def _narrow(base, layers: int, hidden: int):
