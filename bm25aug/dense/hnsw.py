@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import logging
 import os
 import re
@@ -54,9 +53,10 @@ from filelock import FileLock
 
 from bm25aug.dense import embeddings
 from bm25aug.dense.corpus_cache import corpus_identity, ids_digest
+from bm25aug.dense.corpus_cache import read_record as read_json_record
 from bm25aug.dense.embeddings import LuceneRows, top_of
 from bm25aug.errors import UserError, os_error_message
-from bm25aug.io import atomic_dir, check_replaceable, open_regular, source_key, temp_sibling, write_json
+from bm25aug.io import atomic_dir, check_replaceable, source_key, temp_sibling, write_json
 from bm25aug.limits import check
 from bm25aug.locations import CLUSTER, index_location, url_scheme
 from bm25aug.lucene.jvm import JNI_LOCK, interruptible, jclass
@@ -263,8 +263,7 @@ def read_record(folder: Path, fix: str) -> dict:
     """``folder``'s record, read only once it is a regular file (a FIFO is never waited on)."""
     path = folder / RECORD
     try:
-        with open_regular(path) as f:
-            record = json.load(f)
+        record = read_json_record(path)
     except OSError as e:
         raise UserError(f"{path} cannot be read ({e.strerror or e}); fix: {fix}") from None
     except ValueError as e:  # not JSON, not UTF-8

@@ -51,10 +51,10 @@ def teacher_state(onnx_path: Path) -> dict[str, torch.Tensor]:
                 for part, q, scale, zero in zip(_EMBEDDINGS, node.input[2:7], node.input[8:13], node.input[13:18]):
                     state[f"encoder.embeddings.{part}"] = _dequantized(weights, q, scale, zero)
             elif node.op_type == "QAttention":
-                _attention(state, weights, node, graph)
+                _attention(state, weights, node)
             elif node.op_type == "MatMulInteger" and (m := _MODULE.match(node.output[0])):
                 module = m.group(1).replace("/", ".")
-                state[f"{module}.weight"] = _dequantized(weights, node.input[1], _scale_of(graph, node), node.input[3]).T
+                state[f"{module}.weight"] = _dequantized(weights, node.input[1], _scale_of(weights, node), node.input[3]).T
         for name, value in weights.items():  # fp32 biases and LayerNorm weights, under their torch names
             if name.startswith("model.") and value.dtype == np.float32 and not name.endswith("_scale"):
                 state.setdefault(name[len("model."):], value)
@@ -72,18 +72,18 @@ def _dequantized(weights: dict, quantized: str, scale: str, zero: str) -> np.nda
     return (q - weights[zero].astype(np.float32)) * weights[scale].astype(np.float32)
 
 
-def _scale_of(graph, node) -> str:
+def _scale_of(weights: dict, node) -> str:
     """The weight's scale of a ``MatMulInteger``: the initializer its output's rescaling multiplies
     by (``Mul(input scale, weight scale)``, named after the weight)."""
     name = node.input[1].removesuffix("_quantized") + "_scale"
-    if not any(i.name == name for i in graph.initializer):
+    if name not in weights:
         raise KeyError(name)
     return name
 
 
-def _attention(state: dict, weights: dict, node, graph) -> None:
+def _attention(state: dict, weights: dict, node) -> None:
     """A layer's query, key and value weights and biases from its ``QAttention``'s packed matrix."""
-    layer = int(re.search(r"layer\.(\d+)", _layer_of(node, graph)).group(1))
+    layer = int(re.search(r"layer\.(\d+)", _layer_of(node)).group(1))
     qkv = _dequantized(weights, node.input[1], node.input[4], node.input[7])
     bias = weights[node.input[2]]
     width = qkv.shape[0]
@@ -93,7 +93,7 @@ def _attention(state: dict, weights: dict, node, graph) -> None:
         state[f"{prefix}.{part}.bias"] = bias[i * width:(i + 1) * width]
 
 
-def _layer_of(node, graph) -> str:
+def _layer_of(node) -> str:
     """The name that says which layer an attention belongs to: its output's."""
     if "layer." in node.output[0]:
         return node.output[0]
