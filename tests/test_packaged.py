@@ -108,13 +108,14 @@ def test_a_students_build_distills_its_teacher_and_its_card_says_so():
     from pathlib import Path
 
     spec = {"recipe": "general-open", "run": "runs/x", "teacher": "general", "layers": 2, "hidden": 128,
-            "epochs": 10, "pseudo_queries": 8000, "aug_weight": 1.0, "seed": 13}
+            "start": "base", "keep": "", "epochs": 10, "pseudo_queries": 8000, "aug_weight": 1.0, "seed": 13,
+            "threads": 1}
     command = package_build.training_command(spec, Path("runs/x"))
     assert command[1:3] == ["-m", "bm25aug.train.distill"]
     flags = dict(zip(command[3::2], command[4::2]))
     assert flags == {"--teacher": "general", "--recipe": "general-open", "--layers": "2", "--hidden": "128",
-                     "--epochs": "10", "--pseudo-queries": "8000", "--aug-weight": "1.0", "--seed": "13",
-                     "--output-dir": "runs/x"}
+                     "--start": "base", "--keep": "", "--epochs": "10", "--pseudo-queries": "8000",
+                     "--aug-weight": "1.0", "--seed": "13", "--threads": "1", "--output-dir": "runs/x"}
     assert command[-1] == "--resume"
     record = {"name": "small", "recipe": "general-open", "training_sets": {"medquad": "CC BY 4.0"}, "run": "runs/x",
               "dev": {}, "bytes": 7_000_000, "command": "python -m bm25aug.model.packaged small",
@@ -124,8 +125,33 @@ def test_a_students_build_distills_its_teacher_and_its_card_says_so():
     assert "(w and a(q))" in card
     w_only = package_build._card({**record, **package_build._student_record({**spec, "aug_weight": 0.0})})
     assert "(w alone: no a(q) head)" in w_only
+    assert "started from" not in card
+    fast = package_build._card({**record, **package_build._student_record(packaged.BUILDS["general-fast"])})
+    assert "1 encoder layer 384 wide, started from `general`'s own embeddings, w head and layer 0 " in fast
     assert package_build.training_command(packaged.BUILDS["general-1"], Path("runs/y"))[1].endswith("train.py")
     assert package_build._student_record(packaged.BUILDS["general-1"]) == {}
+
+
+def test_a_students_package_is_cut_only_from_the_run_its_build_names(tmp_path, monkeypatch):
+    """``general-fast``'s build (issue 75) refuses a run folder distilled with other settings, or
+    whose settings cannot be read, in one line and before anything is trained or written; the same
+    settings (threads aside) pass."""
+    spec = {**packaged.BUILDS["general-fast"], "run": str(tmp_path / "run")}
+    monkeypatch.setitem(packaged.BUILDS, "general-fast", spec)
+    run = tmp_path / "run"
+    run.mkdir()
+    settings = {k: spec[k] for k in ("teacher", "recipe", *package_build.STUDENT_SETTINGS)}
+    for changed, value in (("keep", "0,1"), ("start", "base"), ("seed", spec["seed"] + 1),
+                           ("teacher", "general-1")):
+        (run / "distill.json").write_text(json.dumps({**settings, changed: value}))
+        with pytest.raises(UserError, match=f"other settings than general-fast's build \\({changed}\\)"):
+            package_build.build("general-fast")
+    (run / "distill.json").write_text("{not json")
+    with pytest.raises(UserError, match="unreadable .*fix: move"):
+        package_build.build("general-fast")
+    (run / "distill.json").write_text(json.dumps({**settings, "threads": 2}))
+    package_build.check_student_run("general-fast", spec, run)  # the same run: passes
+    assert sorted(p.name for p in run.iterdir()) == ["distill.json"]  # nothing trained or written
 
 
 def test_general_is_general_1_without_its_a_head(tmp_path, monkeypatch):

@@ -37,6 +37,27 @@ def test_cached_offsets_of_odd_texts_are_the_analyzers_own():
         assert [cached_offsets(q) for q in ODD] == [analyze_with_offsets(q) for q in ODD]
 
 
+def test_a_new_querys_unseen_words_are_analyzed_in_one_java_call(monkeypatch):
+    """Issue 75, item 3: a query's chunks not in the cache are analyzed together (one call, the
+    profile's largest cost on a cold query), with the same terms and offsets as alone; the cache
+    then answers with no call, and a full cache is emptied first."""
+    from bm25aug.lucene import analysis
+
+    monkeypatch.setattr(analysis, "_offset_chunks", {})
+    calls = []
+    one = analysis.analyze_with_offsets
+    monkeypatch.setattr(analysis, "analyze_with_offsets", lambda text: calls.append(text) or one(text))
+    text = "dogs' (running) U.S.A. e-mails, 3.14kg dogs' " + "y" * 80 + " don't stop!"
+    assert analysis.cached_offsets(text) == one(text)
+    assert len(calls) == 1 and calls[0].count(" ") == 7  # the 8 distinct chunks, once each, in one call
+    assert set(analysis._offset_chunks) == set(text.split()) - {"y" * 80}  # a long chunk is not kept
+    calls.clear()
+    assert analysis.cached_offsets("don't stop! dogs'") == one("don't stop! dogs'") and calls == []
+    monkeypatch.setattr(analysis, "CHUNK_CACHE", 8)
+    assert analysis.cached_offsets("cats run") == one("cats run") and len(calls) == 1
+    assert set(analysis._offset_chunks) == {"cats", "run"}
+
+
 def test_span_mean_is_numpys_mean_bit_for_bit():
     rng = np.random.default_rng(0)
     for _ in range(2000):

@@ -5,7 +5,7 @@ The flat target needs two things from the analyzer that a flat index was built w
 * a query's terms with their character offsets, so that each flat term can take the weight w of
   the WordPiece tokens of the word(s) it came from (``analyze_with_offsets``, one JVM call chain
   per text, the same token stream Pyserini's ``BagOfWordsQueryGenerator`` counts; search reads it
-  through ``cached_offsets``, which calls Java only for a whitespace-separated chunk not seen before);
+  through ``cached_offsets``, which calls Java once for the whitespace-separated chunks not seen before);
 * a fixed sparse map from the 30,522-entry WordPiece vocabulary to flat terms, through which a(q)
   reaches the flat index (``flat_map``). Each whole-word entry is analyzed alone; stopwords,
   ``##`` pieces, ``[unused]``/special entries and entries that analyze to more than one term map
@@ -16,6 +16,7 @@ The flat target needs two things from the analyzer that a flat index was built w
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,18 +120,41 @@ _CHUNK = re.compile(r"\S+")
 
 def cached_offsets(text: str) -> list[tuple[str, int, int]]:
     """``analyze_with_offsets(text)``, one whitespace-separated chunk at a time, each chunk's
-    terms and offsets (within the chunk) kept in a cache of ``CHUNK_CACHE`` chunks: Java is called
-    only for a chunk not seen before. As for ``analyze_chunks``, the analyzer never joins across
+    terms and offsets (within the chunk) kept in a cache of ``CHUNK_CACHE`` chunks. The chunks not
+    seen before are analyzed together, in one Java call (``_analyze_chunks``), so a new query costs
+    one call, not one a word. As for ``analyze_chunks``, the analyzer never joins across
     whitespace; a text with any character outside ASCII is analyzed whole, so that no Unicode
     word-break rule can tell the two apart (``tests/test_student.py`` checks both, on real queries
     and on odd ones)."""
     if not text.isascii():
         return analyze_with_offsets(text)
+    found = [(match.start(), match.group()) for match in _CHUNK.finditer(text)]
+    known = {chunk: _offset_chunks.get(chunk) for _, chunk in found}  # one look each: another thread may clear it
+    known.update(_analyze_chunks([chunk for chunk, terms in known.items() if terms is None]))
     out: list[tuple[str, int, int]] = []
-    for match in _CHUNK.finditer(text):
-        at = match.start()
-        terms = _cached(_offset_chunks, match.group(), analyze_with_offsets)
-        out.extend((term, start + at, end + at) for term, start, end in terms)
+    for at, chunk in found:
+        out.extend((term, start + at, end + at) for term, start, end in known[chunk])
+    return out
+
+
+def _analyze_chunks(chunks: list[str]) -> dict[str, tuple[tuple[str, int, int], ...]]:
+    """Each ASCII whitespace-free chunk's terms and offsets (within it), from one analysis of the
+    chunks joined by spaces; the chunks of at most ``CHUNK_CHARS`` characters are kept in the cache."""
+    unique = chunks  # distinct: the keys of cached_offsets' lookups
+    if not unique:
+        return {}
+    starts, at = [], 0
+    for chunk in unique:
+        starts.append(at)
+        at += len(chunk) + 1
+    found: dict[str, list[tuple[str, int, int]]] = {chunk: [] for chunk in unique}
+    for term, start, end in analyze_with_offsets(" ".join(unique)):
+        i = bisect_right(starts, start) - 1  # the chunk the token starts in; it ends there too
+        found[unique[i]].append((term, start - starts[i], end - starts[i]))
+    if len(_offset_chunks) + len(unique) > CHUNK_CACHE:
+        _offset_chunks.clear()
+    out = {chunk: tuple(terms) for chunk, terms in found.items()}
+    _offset_chunks.update((chunk, terms) for chunk, terms in out.items() if len(chunk) <= CHUNK_CHARS)
     return out
 
 

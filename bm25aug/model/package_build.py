@@ -14,7 +14,8 @@ from bm25aug.model.packaged import BUILDS, ONNX_FILE, PACKAGE_FILE, PACKAGED_ROO
 # What is copied from best/ beside the ONNX file: the model's settings and the tokenizer's files.
 TOKENIZER_PREFIXES = ("tokenizer", "special_tokens", "vocab")
 # What a student's build names of its distillation (bm25aug.train.distill's flags).
-STUDENT_SETTINGS = ("layers", "hidden", "epochs", "pseudo_queries", "aug_weight", "seed")
+STUDENT_SETTINGS = ("layers", "hidden", "start", "keep", "epochs", "pseudo_queries", "aug_weight", "seed", "threads")
+RUN_SETTINGS = "distill.json"  # a distillation run's settings (bm25aug.train.distill)
 
 
 def build(name: str) -> Path:
@@ -40,9 +41,30 @@ def build(name: str) -> Path:
                         f"ship in this package; fix: train on sets under {', '.join(SHIPPABLE)}")
     root = Path(__file__).resolve().parents[2]
     run = root / spec["run"]
+    if "teacher" in spec:
+        check_student_run(name, spec, run)
     if not (run / "best" / CONFIG_NAME).exists():
         subprocess.run(training_command(spec, run, sys.executable, root), check=True, cwd=root)
     return _write(name, spec, licenses, run)
+
+
+def check_student_run(name: str, spec: dict, run: Path) -> None:
+    """A student's run folder, when it holds a run, is the run its build names: the same teacher,
+    recipe and settings (``--threads`` aside, which changes no weight's meaning). Else no package is
+    cut from it: one line, naming what differs."""
+    saved = run / RUN_SETTINGS
+    if not saved.exists():
+        return
+    try:
+        before = json.loads(saved.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"{saved} is unreadable ({type(e).__name__}); fix: move {run} aside and rerun "
+                        f"python -m bm25aug.model.packaged {name} (it trains the run again)") from None
+    named = {"teacher": spec["teacher"], "recipe": spec["recipe"],
+             **{k: spec[k] for k in STUDENT_SETTINGS if k != "threads"}}
+    if differs := [k for k, v in named.items() if not isinstance(before, dict) or before.get(k) != v]:
+        raise UserError(f"{run} holds a distillation with other settings than {name}'s build ({', '.join(differs)}); "
+                        f"fix: move {run} aside and rerun python -m bm25aug.model.packaged {name}")
 
 
 def training_command(spec: dict, run: Path, python: str = "python", root: Path = Path(".")) -> list[str]:
@@ -143,12 +165,18 @@ def _left_out() -> str:
 
 def _card(record: dict) -> str:
     made_by = (f"cuts `{record['cut_from']['name']}`'s graph; no training" if "cut_from" in record else
+               f"distills `{record['teacher']}` into `{record['run']}` unless its best/ exists, then exports it"
+               if "teacher" in record else
                f"trains the recipe into `{record['run']}` unless its best/ exists, then exports it")
     sets = "\n".join(f"| {d} | {lic} |" for d, lic in record["training_sets"].items())
     if "teacher" in record:
         shape = record["student"]
-        what = (f"A student of the packaged model `{record['teacher']}`: {shape['layers']} encoder layers "
-                f"{shape['hidden']} wide, fitted to `{record['teacher']}`'s outputs "
+        kept = shape.get("keep") or ",".join(map(str, range(shape["layers"])))
+        start = (f", started from `{record['teacher']}`'s own embeddings, w head and "
+                 f"layer{'s' if ',' in kept else ''} {kept} (read back from its int8 export)"
+                 if shape.get("start") == "teacher" else "")
+        what = (f"A student of the packaged model `{record['teacher']}`: {shape['layers']} encoder layer{'s' if shape['layers'] != 1 else ''} "
+                f"{shape['hidden']} wide{start}, fitted to `{record['teacher']}`'s outputs "
                 f"({'w and a(q)' if shape['aug_weight'] else 'w alone: no a(q) head'}) on the training "
                 f"queries of its `{record['recipe']}` recipe (`bm25aug.train.distill`, seed {shape['seed']}, "
                 f"{shape['epochs']} epochs; no labels, no documents), as its")

@@ -42,9 +42,14 @@ CHUNK = 1 << 22  # bytes a read while a file's digest is computed
 # or, with "cut_from", another packaged model whose graph is cut to "outputs" (no training).
 # `general` is the first release, `general-1`, served without its a(q) head: on corpora it never
 # saw, a(q) added nothing to the gain (docs/results.md, the packaged model).
+# `general-fast` is a 1-layer student of `general` that starts from general's own first layer
+# (bm25aug.train.distill --start teacher), w alone: docs/results.md, the fast general model.
 BUILDS = {"general-1": {"recipe": "general-open", "run": "runs/general-open"},
           "general": {"recipe": "general-open", "run": "runs/general-open", "cut_from": "general-1",
-                      "outputs": ["token_weights"]}}
+                      "outputs": ["token_weights"]},
+          "general-fast": {"recipe": "general-open", "run": "runs/general-fast", "teacher": "general", "layers": 1,
+                           "hidden": 384, "start": "teacher", "keep": "0", "epochs": 3, "pseudo_queries": 8000,
+                           "aug_weight": 0.0, "seed": 7, "threads": 1}}
 # Licenses under which a model trained on the data may ship inside an Apache-2.0 package. CC BY
 # asks for attribution, which the card gives; non-commercial, academic-only and share-alike terms
 # are left out (share-alike on a model's weights is in doubt).
