@@ -25,6 +25,7 @@ and bm25s as the speed peer, with every latency as a ratio to the floor.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -185,6 +186,7 @@ def main() -> None:
     p.add_argument("--compare", nargs="*", default=[],
                    help="other checkpoints whose augmented search and encoder join the same run")
     args = p.parse_args()
+    load_before = os.getloadavg()[0]  # recorded: a ratio taken beside other work misleads
     try:
         checkpoint, *compare = (resolve_checkpoint(c, args.dataset[0], False) for c in [args.checkpoint, *args.compare])
         results = [run(name, checkpoint, args.split, args.k, compare, not args.no_peer) for name in args.dataset]
@@ -193,7 +195,8 @@ def main() -> None:
     if args.json_out:
         write_json(args.json_out, results)
     if args.record:
-        write_json(args.record, {"command": "python " + " ".join(sys.argv), "runs": results})
+        write_json(args.record, {"command": "python " + " ".join(sys.argv), "runs": results,
+                                 "load_average_1min": {"before": load_before, "after": os.getloadavg()[0]}})
 
 
 if __name__ == "__main__":

@@ -133,15 +133,21 @@ def test_a_students_build_distills_its_teacher_and_its_card_says_so():
 
 
 def test_a_students_package_is_cut_only_from_the_run_its_build_names(tmp_path, monkeypatch):
-    """``general-fast``'s build (issue 75) refuses a run folder distilled with other settings, or
-    whose settings cannot be read, in one line and before anything is trained or written; the same
-    settings (threads aside) pass."""
+    """``general-fast``'s build (issue 75) refuses a run folder distilled with other settings (any
+    of distill's, threads aside), one whose settings cannot be read, and a model with no record of
+    its distillation, in one line and before anything is trained or written; the same settings pass."""
+    def never(*args, **kwargs):
+        raise AssertionError("the build went on past its check")
+
+    monkeypatch.setattr("subprocess.run", never)
+    monkeypatch.setattr(package_build, "_write", never)
     spec = {**packaged.BUILDS["general-fast"], "run": str(tmp_path / "run")}
     monkeypatch.setitem(packaged.BUILDS, "general-fast", spec)
     run = tmp_path / "run"
     run.mkdir()
-    settings = {k: spec[k] for k in ("teacher", "recipe", *package_build.STUDENT_SETTINGS)}
-    for changed, value in (("keep", "0,1"), ("start", "base"), ("seed", spec["seed"] + 1),
+    settings = {"teacher": spec["teacher"], "recipe": spec["recipe"], "batch_size": 64, "lr": 0.001, "margin": 0.1,
+                **{k: spec[k] for k in package_build.STUDENT_SETTINGS}}
+    for changed, value in (("keep", "0,1"), ("start", "base"), ("seed", spec["seed"] + 1), ("lr", 0.003),
                            ("teacher", "general-1")):
         (run / "distill.json").write_text(json.dumps({**settings, changed: value}))
         with pytest.raises(UserError, match=f"other settings than general-fast's build \\({changed}\\)"):
@@ -151,7 +157,12 @@ def test_a_students_package_is_cut_only_from_the_run_its_build_names(tmp_path, m
         package_build.build("general-fast")
     (run / "distill.json").write_text(json.dumps({**settings, "threads": 2}))
     package_build.check_student_run("general-fast", spec, run)  # the same run: passes
-    assert sorted(p.name for p in run.iterdir()) == ["distill.json"]  # nothing trained or written
+    (run / "distill.json").unlink()
+    (run / "best").mkdir()
+    (run / "best" / "bm25aug_config.json").write_text("{}")
+    with pytest.raises(UserError, match="holds a model but no distill.json"):
+        package_build.build("general-fast")
+    assert sorted(p.name for p in run.iterdir()) == ["best"]  # nothing trained or written
 
 
 def test_general_is_general_1_without_its_a_head(tmp_path, monkeypatch):

@@ -16,8 +16,8 @@ The flat target needs two things from the analyzer that a flat index was built w
 from __future__ import annotations
 
 import json
-from bisect import bisect_right
 import re
+from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 from functools import lru_cache
@@ -140,7 +140,7 @@ def cached_offsets(text: str) -> list[tuple[str, int, int]]:
 def _analyze_chunks(chunks: list[str]) -> dict[str, tuple[tuple[str, int, int], ...]]:
     """Each ASCII whitespace-free chunk's terms and offsets (within it), from one analysis of the
     chunks joined by spaces; the chunks of at most ``CHUNK_CHARS`` characters are kept in the cache."""
-    unique = chunks  # distinct: the keys of cached_offsets' lookups
+    unique = list(dict.fromkeys(chunks))
     if not unique:
         return {}
     starts, at = [], 0
@@ -151,10 +151,12 @@ def _analyze_chunks(chunks: list[str]) -> dict[str, tuple[tuple[str, int, int], 
     for term, start, end in analyze_with_offsets(" ".join(unique)):
         i = bisect_right(starts, start) - 1  # the chunk the token starts in; it ends there too
         found[unique[i]].append((term, start - starts[i], end - starts[i]))
-    if len(_offset_chunks) + len(unique) > CHUNK_CACHE:
-        _offset_chunks.clear()
     out = {chunk: tuple(terms) for chunk, terms in found.items()}
-    _offset_chunks.update((chunk, terms) for chunk, terms in out.items() if len(chunk) <= CHUNK_CHARS)
+    kept = {chunk: terms for chunk, terms in out.items() if len(chunk) <= CHUNK_CHARS}
+    if len(_offset_chunks) + len(kept) > CHUNK_CACHE:
+        _offset_chunks.clear()
+    if len(kept) <= CHUNK_CACHE:  # a query cannot hold more (its length is bounded), but the cache never grows past it
+        _offset_chunks.update(kept)
     return out
 
 

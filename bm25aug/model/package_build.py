@@ -49,22 +49,26 @@ def build(name: str) -> Path:
 
 
 def check_student_run(name: str, spec: dict, run: Path) -> None:
-    """A student's run folder, when it holds a run, is the run its build names: the same teacher,
-    recipe and settings (``--threads`` aside, which changes no weight's meaning). Else no package is
-    cut from it: one line, naming what differs."""
-    saved = run / RUN_SETTINGS
+    """A student's run folder, when it holds a model, is the run its build names: its
+    ``distill.json`` holds the build's teacher, recipe and settings (every distillation setting,
+    ``--threads`` aside). Else no package is cut from it: one line, naming what differs."""
+    from bm25aug.model.config import CONFIG_NAME
+    from bm25aug.train.distill import DistillConfig, changed_settings
+
+    saved, fix = run / RUN_SETTINGS, f"fix: move {run} aside and rerun python -m bm25aug.model.packaged {name}"
     if not saved.exists():
+        if (run / "best" / CONFIG_NAME).exists():
+            raise UserError(f"{run} holds a model but no {RUN_SETTINGS}: it is not a distillation of {name}'s "
+                            f"build; {fix}")
         return
     try:
         before = json.loads(saved.read_text())
     except (OSError, ValueError) as e:
-        raise UserError(f"{saved} is unreadable ({type(e).__name__}); fix: move {run} aside and rerun "
-                        f"python -m bm25aug.model.packaged {name} (it trains the run again)") from None
-    named = {"teacher": spec["teacher"], "recipe": spec["recipe"],
-             **{k: spec[k] for k in STUDENT_SETTINGS if k != "threads"}}
-    if differs := [k for k, v in named.items() if not isinstance(before, dict) or before.get(k) != v]:
-        raise UserError(f"{run} holds a distillation with other settings than {name}'s build ({', '.join(differs)}); "
-                        f"fix: move {run} aside and rerun python -m bm25aug.model.packaged {name}")
+        raise UserError(f"{saved} is unreadable ({type(e).__name__}); {fix} (it trains the run again)") from None
+    config = DistillConfig(teacher=spec["teacher"], recipe=spec["recipe"], **{k: spec[k] for k in STUDENT_SETTINGS})
+    if differs := (changed_settings(before, config) if isinstance(before, dict) else ["all"]):
+        raise UserError(f"{run} holds a distillation with other settings than {name}'s build "
+                        f"({', '.join(differs)}); {fix}")
 
 
 def training_command(spec: dict, run: Path, python: str = "python", root: Path = Path(".")) -> list[str]:

@@ -301,7 +301,9 @@ def models_table(recorded: dict) -> str:
                      f"{q2:,.0f} | {r1:.2f}x | {r2:.2f}x |")
     how = ("; each ratio is the median of per-round ratios (every path's batch in turn, 9 rounds), so it "
            "need not equal the quotient of the median QPS" if "augmented_over_flat_1t" in run else "")
-    lines += ["", f"{run['dataset']}, {run['num_queries']} queries, k={run['k']}{how}; recorded with "
+    load = recorded.get("load_average_1min")
+    quiet = f"; load average {load['before']:.1f} before the run and {load['after']:.1f} after it" if load else ""
+    lines += ["", f"{run['dataset']}, {run['num_queries']} queries, k={run['k']}{how}{quiet}; recorded with "
                   f"`{recorded['command']}`."]
     return "\n".join(lines)
 

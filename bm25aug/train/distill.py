@@ -281,12 +281,17 @@ def _refuse_other_run(out: Path, config: DistillConfig, resume: bool) -> None:
         except (OSError, ValueError) as e:
             raise UserError(f"{saved} is unreadable ({type(e).__name__}); fix: restore it, or choose another "
                             f"--output-dir") from None
-        # The epochs set the learning-rate schedule's length: another count would be another run.
-        defaults = asdict(DistillConfig())  # a run saved before a setting existed had its default
-        if changed := [k for k, v in asdict(config).items() if k != "threads" and before.get(k, defaults[k]) != v]:
+        if changed := changed_settings(before, config):
             raise UserError(f"{out} was distilled with other settings ({', '.join(changed)}); fix: pass the same ones, "
                             f"or choose another --output-dir")
     write_json(saved, asdict(config))
+
+
+def changed_settings(before: dict, config: DistillConfig) -> list[str]:
+    """The settings of a saved run (``distill.json``) that ``config`` does not share, ``--threads``
+    aside. The epochs set the learning-rate schedule's length: another count is another run."""
+    defaults = asdict(DistillConfig())  # a run saved before a setting existed had its default
+    return [k for k, v in asdict(config).items() if k != "threads" and before.get(k, defaults[k]) != v]
 
 
 def _train(model, loss_fn, data: TeacherOutputs, rows, config: DistillConfig, out: Path, resume: bool) -> None:
