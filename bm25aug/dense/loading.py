@@ -11,7 +11,8 @@ from pathlib import Path
 from bm25aug.dense.fetch import BGE_SMALL, ONNX_FILE, PINNED, RECORD, TOKENIZER_FILE, model_folder
 from bm25aug.dense.models import (BGE, DEFAULT_DENSE_MODEL, HUB_NAMES, KINDS, MINILM, SPLIT_NAME, DenseModel, Kind,
                                   OnnxDenseModel, SplitPrecision, TorchDenseModel)
-from bm25aug.dense.record import folder_record
+from bm25aug.dense.record import folder_record, restore
+from bm25aug.dense.tower import is_tower, load_tower
 from bm25aug.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,8 @@ def load_folder(path: Path, kind: Kind | None = None, threads: int | None = None
     if not path.is_dir():
         raise UserError(f"the dense model folder {path} does not exist; fix: pass a folder holding the model "
                         f"(an ONNX graph and {TOKENIZER_FILE}, or a transformers model), or one of {', '.join(KINDS)}")
-    recorded = folder_record(path).get("kind")
+    record = folder_record(path)
+    recorded = record.get("kind")
     if recorded is not None and recorded not in KINDS:
         raise UserError(f"{path / RECORD} names the dense model {recorded!r}, which bm25aug does not know; fix: pass "
                         f"a folder holding one of {', '.join(KINDS)}")
@@ -115,7 +117,11 @@ def load_folder(path: Path, kind: Kind | None = None, threads: int | None = None
     # Files are found by name, whatever they are (a FIFO in a file's place is refused when checked).
     onnx = next((p for p in (path / ONNX_FILE, path / "onnx" / ONNX_FILE) if os.path.lexists(p)), None)
     if onnx is not None and os.path.lexists(path / TOKENIZER_FILE):
-        return OnnxDenseModel(path, kind, onnx, threads, query_tokens)
+        model = OnnxDenseModel(path, kind, onnx, threads, query_tokens)
+        return load_tower(path, record, model, lambda name: _pinned(name, threads)) if is_tower(record) else model
+    if is_tower(record):
+        raise UserError(f"{path} is a query tower (its {RECORD}) without its graph ({ONNX_FILE} and "
+                        f"{TOKENIZER_FILE}); fix: {restore(path, 'the folder')}")
     weights = next((path / w for w in TORCH_WEIGHTS if os.path.lexists(path / w)), None)
     if weights is not None and all(os.path.lexists(path / f) for f in ("config.json", TOKENIZER_FILE)):
         return TorchDenseModel(path, kind, weights, query_tokens)

@@ -33,17 +33,22 @@ _EMBEDDINGS = ("word_embeddings.weight", "position_embeddings.weight", "token_ty
                "LayerNorm.weight", "LayerNorm.bias")
 
 
-def teacher_state(onnx_path: Path) -> dict[str, torch.Tensor]:
-    """The encoder's and the w head's weights of the export at ``onnx_path`` (see the module's text)."""
+def graph_weights(onnx_path: Path, fix: str) -> tuple:
+    """The ONNX graph at ``onnx_path`` and its initializers as arrays, by name; a file that is no
+    graph is one line ending in ``fix``."""
     import onnx
     from onnx import numpy_helper
 
     try:
         graph = onnx.load(str(onnx_path)).graph
     except Exception as e:  # onnx's protobuf errors: a file that is no graph
-        raise UserError(f"{onnx_path} cannot be read as an ONNX graph ({type(e).__name__}); fix: start the student "
-                        f"from a packaged model or a checkpoint's export") from None
-    weights = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+        raise UserError(f"{onnx_path} cannot be read as an ONNX graph ({type(e).__name__}); fix: {fix}") from None
+    return graph, {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+
+
+def teacher_state(onnx_path: Path) -> dict[str, torch.Tensor]:
+    """The encoder's and the w head's weights of the export at ``onnx_path`` (see the module's text)."""
+    graph, weights = graph_weights(onnx_path, "start the student from a packaged model or a checkpoint's export")
     state: dict[str, np.ndarray] = {}
     try:
         for node in graph.node:
