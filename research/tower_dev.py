@@ -69,7 +69,7 @@ def summary(results: dict) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--tower", required=True, help="a tower folder (python -m bm25aug.dense.tower_build)")
+    p.add_argument("--tower", required=True, help="a tower folder (python -m bm25aug.train.tower_build)")
     p.add_argument("--sets", nargs="+", default=[f"{n}:{s}" for n, s in DEV], help="NAME:SPLIT, as DEV names them")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json-out")

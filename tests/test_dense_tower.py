@@ -1,5 +1,5 @@
 """A dense query tower (issue 76, ``bm25aug.dense.tower``): a folder made from a tower run
-(``python -m bm25aug.dense.tower_build``) loads wherever a dense model is named, with the corpus
+(``python -m bm25aug.train.tower_build``) loads wherever a dense model is named, with the corpus
 model it was aligned to and no other; its files are checked; batch search equals search; the
 hybrid with the tower equals fusing its two lists by hand. The tower here is bge-small's first
 layer, untrained: these tests are about the plumbing, not the quality."""
@@ -22,7 +22,7 @@ def tower(tmp_path_factory):
     """A tower folder built from a run of bge's layer 0 (no training step)."""
     import shutil
 
-    from bm25aug.dense.tower_build import build
+    from bm25aug.train.tower_build import build
     from bm25aug.train.tower import RECORD, export_onnx
     from bm25aug.train.tower_weights import bge_onnx_path, make_student, teacher_bert
 
@@ -66,7 +66,7 @@ def test_another_corpus_model_is_refused_in_one_line(tower, tmp_path):
     from bm25aug.dense import load_dense_model
     from bm25aug.dense.record import RECORD, folder_record
     from bm25aug.dense.tower import QueryTower
-    from bm25aug.dense.tower_build import build
+    from bm25aug.train.tower_build import build
 
     model = load_dense_model(str(tower))
     with pytest.raises(UserError) as error:

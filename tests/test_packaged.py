@@ -108,14 +108,15 @@ def test_a_students_build_distills_its_teacher_and_its_card_says_so():
     from pathlib import Path
 
     spec = {"recipe": "general-open", "run": "runs/x", "teacher": "general", "layers": 2, "hidden": 128,
-            "start": "base", "keep": "", "epochs": 10, "pseudo_queries": 8000, "aug_weight": 1.0, "seed": 13,
-            "threads": 1}
+            "start": "base", "keep": "", "epochs": 10, "pseudo_queries": 8000, "batch_size": 64, "lr": 0.001,
+            "margin": 0.1, "aug_weight": 1.0, "seed": 13, "threads": 1}
     command = package_build.training_command(spec, Path("runs/x"))
     assert command[1:3] == ["-m", "bm25aug.train.distill"]
     flags = dict(zip(command[3::2], command[4::2]))
     assert flags == {"--teacher": "general", "--recipe": "general-open", "--layers": "2", "--hidden": "128",
                      "--start": "base", "--keep": "", "--epochs": "10", "--pseudo-queries": "8000",
-                     "--aug-weight": "1.0", "--seed": "13", "--threads": "1", "--output-dir": "runs/x"}
+                     "--batch-size": "64", "--lr": "0.001", "--margin": "0.1", "--aug-weight": "1.0", "--seed": "13",
+                     "--threads": "1", "--output-dir": "runs/x"}
     assert command[-1] == "--resume"
     record = {"name": "small", "recipe": "general-open", "training_sets": {"medquad": "CC BY 4.0"}, "run": "runs/x",
               "dev": {}, "bytes": 7_000_000, "command": "python -m bm25aug.model.packaged small",
@@ -145,13 +146,15 @@ def test_a_students_package_is_cut_only_from_the_run_its_build_names(tmp_path, m
     monkeypatch.setitem(packaged.BUILDS, "general-fast", spec)
     run = tmp_path / "run"
     run.mkdir()
-    settings = {"teacher": spec["teacher"], "recipe": spec["recipe"], "batch_size": 64, "lr": 0.001, "margin": 0.1,
-                **{k: spec[k] for k in package_build.STUDENT_SETTINGS}}
+    settings = {"teacher": spec["teacher"], "recipe": spec["recipe"], **{k: spec[k] for k in package_build.STUDENT_SETTINGS}}
     for changed, value in (("keep", "0,1"), ("start", "base"), ("seed", spec["seed"] + 1), ("lr", 0.003),
                            ("teacher", "general-1")):
         (run / "distill.json").write_text(json.dumps({**settings, changed: value}))
         with pytest.raises(UserError, match=f"other settings than general-fast's build \\({changed}\\)"):
             package_build.build("general-fast")
+    (run / "distill.json").write_text(json.dumps({k: v for k, v in settings.items() if k != "margin"}))
+    with pytest.raises(UserError, match="build \\(margin\\)"):  # a setting the run does not record
+        package_build.build("general-fast")
     (run / "distill.json").write_text("{not json")
     with pytest.raises(UserError, match="unreadable .*fix: move"):
         package_build.build("general-fast")

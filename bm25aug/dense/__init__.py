@@ -1,6 +1,6 @@
 """The dense peer's models (``models``, ``loading``), their pinned fetch (``fetch``) and the
 corpus embeddings they make (``embeddings``), a query tower paired with a corpus model (``tower``,
-made by ``tower_build``); the SPLADE peer's (``splade``, ``splade_fetch``,
+made by ``bm25aug.train.tower_build``); the SPLADE peer's (``splade``, ``splade_fetch``,
 ``sparse_embeddings``); what both share: the pinned archive's fetch (``pinned``) and the resumable
 corpus cache (``corpus_cache``). Searching them is ``bm25aug.search.dense`` and
 ``bm25aug.search.splade``."""

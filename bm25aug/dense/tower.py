@@ -11,7 +11,7 @@ anything is read, as for a fetched model), and the corpus model it was aligned t
 with that corpus model; any other pairing is refused in one line (``QueryTower``), since a query
 vector is only meaningful against the document vectors of the model it was aligned to.
 
-``python -m bm25aug.dense.tower_build RUN OUT --name NAME`` writes a tower folder from a training
+``python -m bm25aug.train.tower_build RUN OUT --name NAME`` writes a tower folder from a training
 run (``bm25aug.train.tower``): the graph, the tokenizer, the record and a card.
 """
 

@@ -14,7 +14,8 @@ from bm25aug.model.packaged import BUILDS, ONNX_FILE, PACKAGE_FILE, PACKAGED_ROO
 # What is copied from best/ beside the ONNX file: the model's settings and the tokenizer's files.
 TOKENIZER_PREFIXES = ("tokenizer", "special_tokens", "vocab")
 # What a student's build names of its distillation (bm25aug.train.distill's flags).
-STUDENT_SETTINGS = ("layers", "hidden", "start", "keep", "epochs", "pseudo_queries", "aug_weight", "seed", "threads")
+STUDENT_SETTINGS = ("layers", "hidden", "start", "keep", "epochs", "pseudo_queries", "batch_size", "lr", "margin",
+                    "aug_weight", "seed", "threads")
 RUN_SETTINGS = "distill.json"  # a distillation run's settings (bm25aug.train.distill)
 
 
@@ -50,10 +51,10 @@ def build(name: str) -> Path:
 
 def check_student_run(name: str, spec: dict, run: Path) -> None:
     """A student's run folder, when it holds a model, is the run its build names: its
-    ``distill.json`` holds the build's teacher, recipe and settings (every distillation setting,
-    ``--threads`` aside). Else no package is cut from it: one line, naming what differs."""
+    ``distill.json`` holds the build's teacher and recipe and every distillation setting the build
+    names (all of distill's, ``--threads`` aside), and no other. Else no package is cut from it:
+    one line, naming what differs."""
     from bm25aug.model.config import CONFIG_NAME
-    from bm25aug.train.distill import DistillConfig, changed_settings
 
     saved, fix = run / RUN_SETTINGS, f"fix: move {run} aside and rerun python -m bm25aug.model.packaged {name}"
     if not saved.exists():
@@ -65,8 +66,9 @@ def check_student_run(name: str, spec: dict, run: Path) -> None:
         before = json.loads(saved.read_text())
     except (OSError, ValueError) as e:
         raise UserError(f"{saved} is unreadable ({type(e).__name__}); {fix} (it trains the run again)") from None
-    config = DistillConfig(teacher=spec["teacher"], recipe=spec["recipe"], **{k: spec[k] for k in STUDENT_SETTINGS})
-    if differs := (changed_settings(before, config) if isinstance(before, dict) else ["all"]):
+    named = {"teacher": spec["teacher"], "recipe": spec["recipe"], **{k: spec[k] for k in STUDENT_SETTINGS}}
+    keys = sorted((set(named) | set(before)) - {"threads"}) if isinstance(before, dict) else ["all"]
+    if differs := [k for k in keys if not isinstance(before, dict) or named.get(k) != before.get(k, "(none)")]:
         raise UserError(f"{run} holds a distillation with other settings than {name}'s build "
                         f"({', '.join(differs)}); {fix}")
 

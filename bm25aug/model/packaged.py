@@ -49,7 +49,8 @@ BUILDS = {"general-1": {"recipe": "general-open", "run": "runs/general-open"},
                       "outputs": ["token_weights"]},
           "general-fast": {"recipe": "general-open", "run": "runs/general-fast", "teacher": "general", "layers": 1,
                            "hidden": 384, "start": "teacher", "keep": "0", "epochs": 3, "pseudo_queries": 8000,
-                           "aug_weight": 0.0, "seed": 7, "threads": 1}}
+                           "batch_size": 64, "lr": 0.001, "margin": 0.1, "aug_weight": 0.0, "seed": 7,
+                           "threads": 1}}
 # Licenses under which a model trained on the data may ship inside an Apache-2.0 package. CC BY
 # asks for attribution, which the card gives; non-commercial, academic-only and share-alike terms
 # are left out (share-alike on a model's weights is in doubt).

@@ -1,5 +1,5 @@
 """How a dense query tower's folder (``bm25aug.dense.tower``) is made from a training run
-(``bm25aug.train.tower``): ``python -m bm25aug.dense.tower_build RUN OUT --name NAME``. The runtime
+(``bm25aug.train.tower``): ``python -m bm25aug.train.tower_build RUN OUT --name NAME``. The runtime
 never imports this module."""
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from bm25aug.dense.models import SPLIT_NAME
 
-    parser = argparse.ArgumentParser(prog="python -m bm25aug.dense.tower_build", description=build.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bm25aug.train.tower_build", description=build.__doc__)
     parser.add_argument("run", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--name", required=True)
