@@ -293,3 +293,13 @@ def open_regular(path: Path):
                 "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket")
         raise OSError(0, f"{kind}, not a regular file")
     return os.fdopen(fd, "rb")
+
+
+def keep_recent_files(folder: Path, keep: int, suffixes: tuple[str, ...] = (".npy", ".json")) -> None:
+    """Only the ``keep`` most recently used of a cache's own files stay in ``folder``: those named
+    by a 32-character key with one of ``suffixes`` (a reader touches a file it uses); nothing else
+    in the folder is removed."""
+    ours = [f for f in folder.iterdir() if f.is_file() and f.suffix in suffixes and len(f.stem) == 32]
+    ours.sort(key=lambda f: f.stat().st_mtime, reverse=True)
+    for f in ours[keep:]:
+        f.unlink(missing_ok=True)

@@ -54,7 +54,7 @@ from bm25aug.cli import main as cli_main
 from bm25aug.errors import UserError
 from bm25aug.dense.embeddings import corpus_embeddings
 from bm25aug.dense.loading import load_dense_model
-from bm25aug.io import CACHE_ROOT, atomic_open, atomic_write_text, digest, source_key
+from bm25aug.io import CACHE_ROOT, atomic_open, atomic_write_text, digest, keep_recent_files, source_key
 from bm25aug.model.encoder import encode_queries
 from bm25aug.model.loading import load_encoder
 from bm25aug.model.onnx_encoder import OnnxQueryEncoder
@@ -101,7 +101,7 @@ def query_vectors(model, texts: list[str]) -> np.ndarray:
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_open(path) as f:
         np.save(f, vectors)
-    evict_oldest(QUERY_CACHE, CACHE_FILES)
+    keep_recent_files(QUERY_CACHE, CACHE_FILES)
     return vectors
 
 
@@ -120,16 +120,8 @@ def term_lists(encoder, texts: list[str]) -> list[dict[str, float]]:
     lists = encode_queries(encoder, texts, progress=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(lists))
-    evict_oldest(QUERY_CACHE, CACHE_FILES)
+    keep_recent_files(QUERY_CACHE, CACHE_FILES)
     return lists
-
-
-def evict_oldest(folder: Path, keep: int) -> None:
-    """Only the ``keep`` most recently used cache files of this module stay (named by their key)."""
-    ours = [f for f in folder.iterdir() if f.is_file() and f.suffix in (".npy", ".json") and len(f.stem) == 32]
-    ours.sort(key=lambda f: f.stat().st_mtime, reverse=True)
-    for f in ours[keep:]:
-        f.unlink(missing_ok=True)
 
 
 def column_list(bm25, terms: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -83,3 +83,29 @@ def test_training_texts_hold_no_dev_or_test_query(data_dir):
     barred = barred_texts(str(data_dir))
     assert len(texts) > 30000 and len(barred) > 10000
     assert not {t.strip() for t in texts} & barred
+
+
+def test_the_teacher_vectors_cache_remakes_a_damaged_file_and_stays_bounded(tmp_path):
+    """bge's vectors are made once per text list, made again when their file is damaged, and the
+    cache keeps its ``TEACHER_FILES`` most recently used files (nothing else in the folder goes)."""
+    from bm25aug.train import tower
+
+    class Model:
+        name, digest, dim, calls = "fake", "f" * 32, 4, 0
+
+        def encode_queries(self, texts):
+            Model.calls += 1
+            return np.ones((len(texts), 4), np.float32)
+
+    model, other = Model(), tmp_path / "notes.txt"
+    other.write_text("not the cache's")
+    first = tower.teacher_vectors(["a", "b"], root=tmp_path, model=model)
+    assert first.shape == (2, 4) and Model.calls == 1
+    assert tower.teacher_vectors(["a", "b"], root=tmp_path, model=model).shape == (2, 4) and Model.calls == 1
+    (npy,) = tmp_path.glob("*.npy")
+    npy.write_bytes(b"damaged")
+    assert tower.teacher_vectors(["a", "b"], root=tmp_path, model=model).shape == (2, 4) and Model.calls == 2
+    for i in range(tower.TEACHER_FILES):
+        tower.teacher_vectors([f"t{i}"], root=tmp_path, model=model)
+    assert len([f for f in tmp_path.iterdir() if f.suffix in (".npy", ".json")]) == tower.TEACHER_FILES
+    assert other.read_text() == "not the cache's"

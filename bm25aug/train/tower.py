@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from bm25aug.errors import UserError
-from bm25aug.io import CACHE_ROOT, atomic_open, source_key, write_json, write_jsonl
+from bm25aug.io import CACHE_ROOT, atomic_open, keep_recent_files, source_key, write_json, write_jsonl
 from bm25aug.progress import progress, quiet_libraries
 from bm25aug.train.tower_weights import (MAX_TOKENS, bge_onnx_path, cls_vectors, make_student, padded, parse_keep,
                                          teacher_bert, tokenizer)
@@ -47,6 +47,7 @@ BARRED = {"scifact": ("train", "test"), "nfcorpus": ("dev", "test"), "squad": ("
 HELD_OUT = 0.02
 TEACHER = "bge-small-en-v1.5-fp32"
 TEACHER_DIR = CACHE_ROOT / "tower-teacher"
+TEACHER_FILES = 8  # the cache's files kept (a text list's vectors and their record: 4 lists)
 RECORD, LOG = "tower.json", "log.jsonl"
 SORT_CHUNK = 50  # batches whose texts are sorted by length together (less padding), then shuffled
 
@@ -119,10 +120,13 @@ def teacher_vectors(texts: list[str], threads: int = 1, root: Path = TEACHER_DIR
 
     model = model or load_dense_model(TEACHER, threads=threads)
     path = root / f"{source_key('tower-teacher', model.digest, texts)}.npy"
-    if path.is_file():
+    try:
         vectors = np.load(path)
         if vectors.shape == (len(texts), model.dim):
+            os.utime(path)  # used: the last to go (keep_recent_files)
             return vectors
+    except (OSError, ValueError):  # none yet, or a damaged one: made again
+        pass
     start, parts = time.perf_counter(), []
     for at in progress(range(0, len(texts), 1024), desc="bge query vectors", unit="chunk"):
         parts.append(model.encode_queries(texts[at:at + 1024]))
@@ -131,6 +135,7 @@ def teacher_vectors(texts: list[str], threads: int = 1, root: Path = TEACHER_DIR
         np.save(f, vectors)
     write_json(path.with_suffix(".json"), {"model": model.name, "model_digest": model.digest, "texts": len(texts),
                                            "seconds": time.perf_counter() - start})
+    keep_recent_files(root, TEACHER_FILES)
     return vectors
 
 

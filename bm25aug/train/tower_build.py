@@ -17,17 +17,17 @@ from bm25aug.errors import UserError
 def build(run: Path, out: Path, name: str, corpus_model: str) -> Path:
     """A tower folder at ``out`` from a training run's graph and tokenizer: its record pairs it with
     ``corpus_model`` (loaded here for its digest), and its card says what it is."""
+    from bm25aug.dense.fetch import PINNED
     from bm25aug.dense.loading import load_dense_model
     from bm25aug.io import atomic_dir, digest, write_json
-
     from bm25aug.train.tower import TEACHER
 
     trained = _run_record(run)
-    corpus, teacher = load_dense_model(corpus_model), load_dense_model(TEACHER)
-    if corpus.kind != teacher.kind:
+    corpus, teacher_kind = load_dense_model(corpus_model), PINNED[TEACHER].kind  # the teacher's kind, unloaded
+    if corpus.kind.name != teacher_kind:
         raise UserError(f"{run} was aligned to {TEACHER}'s query vectors, and {corpus_model} is another model "
                         f"({corpus.kind.name}), whose document vectors those queries do not match; fix: pass an "
-                        f"export of {teacher.kind.name}, e.g. {teacher.kind.name}-int8")
+                        f"export of {teacher_kind}, e.g. {teacher_kind}-int8")
     with atomic_dir(out, RECORD, what="a bm25aug dense query tower") as tmp:
         for file in (ONNX_FILE, TOKENIZER_FILE):
             (tmp / file).write_bytes((run / file).read_bytes())
